@@ -1,0 +1,14 @@
+# x86_64: one file per instruction-set level, each compiled with its own flags;
+# cpu_features.cpp picks one at run time and is compiled without ISA flags.
+target_sources(_ops PRIVATE
+  csrc/arch/x86/ops.cpp
+  csrc/arch/x86/cpu_features.cpp
+  csrc/arch/x86/gemm_avx2.cpp
+  csrc/arch/x86/gemm_avx512.cpp
+  csrc/arch/x86/gemm_avx512_bf16.cpp)
+set_source_files_properties(csrc/arch/x86/gemm_avx2.cpp PROPERTIES
+  COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
+set_source_files_properties(csrc/arch/x86/gemm_avx512.cpp PROPERTIES
+  COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni")
+set_source_files_properties(csrc/arch/x86/gemm_avx512_bf16.cpp PROPERTIES
+  COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16")

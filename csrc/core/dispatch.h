@@ -1,0 +1,25 @@
+// Run-time choice of the kernel path by CPU feature.
+#pragma once
+
+#include <vector>
+
+#include "core/kernels.h"
+
+namespace moe_kernels {
+
+struct IsaLevel {
+  const char* name;
+  bool supported;  // this CPU can run it
+  const KernelSet* kernels;
+};
+
+// The architecture's levels, lowest first, "generic" first. Defined once per
+// architecture in csrc/arch/<arch>/cpu_features.cpp, which is compiled without
+// ISA flags so that detection itself never faults on an older CPU.
+std::vector<IsaLevel> isa_ladder();
+
+// The highest supported level, or the one MOE_KERNELS_ISA names (an unknown or
+// unsupported name is an error that lists the valid ones).
+const KernelSet& active_kernels();
+
+}  // namespace moe_kernels

@@ -1,0 +1,52 @@
+// The internal kernel interface every instruction-set path implements.
+//
+// ATen-free on purpose: the per-ISA files are compiled with ISA flags
+// (-mavx512f, -march=armv8.2-a+dotprod, ...) and must not emit copies of
+// inline library functions that other translation units could pick up.
+// Everything in a kernel file lives in an anonymous namespace except the one
+// KernelSet it exports.
+//
+// All GEMMs are in dot-product form, matching the weights' natural layout
+// (row = output channel, K contiguous):
+//     c[i * ldc + j] = sum_{p < k} a[i * lda + p] * b[j * ldb + p]
+// for i < m, j < n, overwriting c, accumulated in fp32 (int32 for int8).
+// m, n, k are any positive values; a kernel reads a and b only in [0, k) of
+// each row and handles tails itself. When the driver knows both operands are
+// zero-padded (packed weights) it passes k rounded up to kPackAlign.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace moe_kernels {
+
+// Packed weight rows and the driver's activation buffers are padded to this
+// many elements and aligned to this many bytes.
+inline constexpr int64_t kPackAlign = 64;
+
+using GemmF32Fn = void (*)(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                           const float* b, int64_t ldb, float* c, int64_t ldc);
+
+// a and b hold bfloat16 bit patterns.
+using GemmBF16Fn = void (*)(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                            const uint16_t* b, int64_t ldb, float* c, int64_t ldc);
+
+// c = (int32 dot of row i of a and row j of b) * a_scale[i] * b_scale[j].
+// b_sum (may be null) holds sum_p b[j * ldb + p] over [0, k), precomputed by
+// packing; kernels that need it (x86 VNNI's unsigned*signed trick) compute it
+// on the fly when it is null.
+using GemmS8Fn = void (*)(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
+                          const float* a_scale, const int8_t* b, int64_t ldb,
+                          const float* b_scale, const int32_t* b_sum, float* c, int64_t ldc);
+
+struct KernelSet {
+  const char* isa;  // the name MOE_KERNELS_ISA and moe_kernels.isa() use
+  GemmF32Fn gemm_f32;
+  GemmBF16Fn gemm_bf16;
+  GemmS8Fn gemm_s8;
+};
+
+// The portable path: plain C++, built on every architecture.
+const KernelSet& kernels_generic();
+
+}  // namespace moe_kernels
