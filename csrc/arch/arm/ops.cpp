@@ -1,0 +1,28 @@
+// The aarch64 definitions of the ops declared in csrc/moe_kernels.h. They are
+// written with qualified names, so a signature that drifts from the one
+// declaration ("no declaration matches") fails this architecture's build.
+#include "core/dispatch.h"
+#include "core/fused_experts.h"
+#include "moe_kernels.h"
+
+namespace {
+constexpr moe_kernels::PackArch kArch = moe_kernels::PackArch::kAarch64;
+}
+
+at::Tensor moe_kernels::fused_experts_cpu(
+    const at::Tensor& hidden_states, const at::Tensor& w1, const at::Tensor& w2,
+    const at::Tensor& topk_weights, const at::Tensor& topk_ids, bool inplace,
+    int64_t moe_comp_method, const std::optional<at::Tensor>& w1_scale,
+    const std::optional<at::Tensor>& w2_scale, const std::optional<at::Tensor>& w1_zero,
+    const std::optional<at::Tensor>& w2_zero, at::OptionalIntArrayRef block_size,
+    const std::optional<at::Tensor>& w1_bias, const std::optional<at::Tensor>& w2_bias,
+    std::optional<double> alpha, std::optional<double> limit, bool is_vnni) {
+  return run_fused_experts(active_kernels(), kArch,
+                           {hidden_states, w1, w2, topk_weights, topk_ids, inplace,
+                            moe_comp_method, w1_scale, w2_scale, w1_zero, w2_zero, block_size,
+                            w1_bias, w2_bias, alpha, limit, is_vnni});
+}
+
+at::Tensor moe_kernels::convert_weight_packed(const at::Tensor& weight, int64_t moe_comp_method) {
+  return pack_weights(weight, moe_comp_method, kArch);
+}

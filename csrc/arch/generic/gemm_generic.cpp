@@ -1,0 +1,59 @@
+// The portable kernels: plain loops the compiler may vectorize for the
+// architecture's baseline. Every architecture builds them (the "generic"
+// level), so the same answers are always one MOE_KERNELS_ISA away.
+#include <cstring>
+
+#include "core/kernels.h"
+
+namespace moe_kernels {
+namespace {
+
+float bf16_to_float(uint16_t bits) {
+  const uint32_t widened = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &widened, sizeof(value));
+  return value;
+}
+
+void gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+              int64_t ldb, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0.f;
+      for (int64_t p = 0; p < k; ++p) acc += a[i * lda + p] * b[j * ldb + p];
+      c[i * ldc + j] = acc;
+    }
+  }
+}
+
+void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+               int64_t ldb, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0.f;
+      for (int64_t p = 0; p < k; ++p) acc += bf16_to_float(a[i * lda + p]) * bf16_to_float(b[j * ldb + p]);
+      c[i * ldc + j] = acc;
+    }
+  }
+}
+
+void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+             const int8_t* b, int64_t ldb, const float* b_scale, const int32_t* /*b_sum*/, float* c,
+             int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      int32_t acc = 0;
+      for (int64_t p = 0; p < k; ++p) acc += int32_t{a[i * lda + p]} * int32_t{b[j * ldb + p]};
+      c[i * ldc + j] = static_cast<float>(acc) * a_scale[i] * b_scale[j];
+    }
+  }
+}
+
+}  // namespace
+
+const KernelSet& kernels_generic() {
+  static const KernelSet kernels{"generic", gemm_f32, gemm_bf16, gemm_s8};
+  return kernels;
+}
+
+}  // namespace moe_kernels

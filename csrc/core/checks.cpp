@@ -1,0 +1,174 @@
+// Argument checks of fused_experts_cpu: every violation in the spec's "Bad
+// input" list is a RuntimeError that names the argument and what was expected.
+#include <ATen/ops/max.h>
+#include <c10/util/Exception.h>
+
+#include "core/fused_experts.h"
+
+namespace moe_kernels {
+namespace {
+
+#define MOE_CHECK(cond, ...) TORCH_CHECK(cond, "fused_experts_cpu: ", __VA_ARGS__)
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool is_float_dtype(at::ScalarType dtype) {
+  return dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf || dtype == at::kDouble;
+}
+
+void check_shape(const at::Tensor& t, const char* name, at::IntArrayRef expected) {
+  MOE_CHECK(t.sizes() == expected, name, " must have shape ", expected, ", got ", t.sizes());
+}
+
+void check_contiguous(const at::Tensor& t, const char* name) {
+  MOE_CHECK(t.is_contiguous(), name, " must be contiguous");
+}
+
+// An fp32 [E, rows] (or block-scale) tensor the driver reads as a raw pointer.
+const float* check_scale(const std::optional<at::Tensor>& scale, const char* name,
+                         const char* method, at::IntArrayRef expected) {
+  MOE_CHECK(scale.has_value(), name, " is required for ", method, " (float32 of shape ", expected,
+            ")");
+  MOE_CHECK(scale->scalar_type() == at::kFloat, name, " must be float32, got ", scale->scalar_type());
+  check_shape(*scale, name, expected);
+  check_contiguous(*scale, name);
+  return scale->data_ptr<float>();
+}
+
+const float* check_bias(const std::optional<at::Tensor>& bias, const char* name,
+                        at::IntArrayRef expected, at::Tensor* owned) {
+  if (!bias.has_value()) return nullptr;
+  MOE_CHECK(is_float_dtype(bias->scalar_type()), name, " must be a floating-point tensor, got ",
+            bias->scalar_type());
+  check_shape(*bias, name, expected);
+  check_contiguous(*bias, name);
+  *owned = bias->to(at::kFloat).contiguous();
+  return owned->data_ptr<float>();
+}
+
+// Fills rows/cols/dtype of w1 or w2 from an unpacked [E, rows, cols] tensor or
+// a packed one; returns E.
+int64_t describe_weight(const at::Tensor& w, const char* name, bool is_vnni, PackArch arch,
+                        WeightOperand* operand) {
+  operand->tensor = &w;
+  operand->packed = is_vnni;
+  if (is_vnni) {
+    const PackedHeader header = check_packed(w, name, arch);
+    operand->rows = header.rows;
+    operand->cols = header.cols;
+    operand->dtype = static_cast<at::ScalarType>(header.dtype);
+    return w.size(0);
+  }
+  MOE_CHECK(!(w.scalar_type() == at::kByte && w.dim() == 2), name,
+            " looks like the output of convert_weight_packed; pass is_vnni=True");
+  MOE_CHECK(w.dim() == 3, name, " must be 3-D [E, rows, cols], got ", w.dim(), "-D");
+  check_contiguous(w, name);
+  operand->rows = w.size(1);
+  operand->cols = w.size(2);
+  operand->dtype = w.scalar_type();
+  return w.size(0);
+}
+
+}  // namespace
+
+MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch) {
+  MoeProblem p;
+  p.method = check_method(args.moe_comp_method);
+  const char* method = method_name(args.moe_comp_method);
+
+  const at::Tensor& x = args.hidden_states;
+  MOE_CHECK(x.dim() == 2, "hidden_states must be 2-D [M, K], got ", x.dim(), "-D");
+  p.act_dtype = x.scalar_type();
+  MOE_CHECK(p.act_dtype == at::kBFloat16 || p.act_dtype == at::kHalf || p.act_dtype == at::kFloat,
+            "hidden_states must be bfloat16, float16 or float32, got ", p.act_dtype);
+  check_contiguous(x, "hidden_states");
+  p.tokens = x.size(0);
+  p.hidden = x.size(1);
+  MOE_CHECK(p.hidden > 0, "hidden_states must have K > 0 columns");
+
+  MOE_CHECK(args.topk_ids.dim() == 2 && args.topk_ids.size(0) == p.tokens,
+            "topk_ids must be 2-D [M, topk] with M = ", p.tokens, ", got shape ",
+            args.topk_ids.sizes());
+  MOE_CHECK(args.topk_ids.scalar_type() == at::kInt || args.topk_ids.scalar_type() == at::kLong,
+            "topk_ids must be int32 or int64, got ", args.topk_ids.scalar_type());
+  check_contiguous(args.topk_ids, "topk_ids");
+  p.topk = args.topk_ids.size(1);
+  MOE_CHECK(p.topk > 0, "topk_ids must have at least one column");
+  MOE_CHECK(is_float_dtype(args.topk_weights.scalar_type()),
+            "topk_weights must be a floating-point tensor, got ", args.topk_weights.scalar_type());
+  check_shape(args.topk_weights, "topk_weights", args.topk_ids.sizes());
+  check_contiguous(args.topk_weights, "topk_weights");
+
+  MOE_CHECK(!args.limit.has_value() || args.alpha.has_value(),
+            "limit is only defined for the swiglu activation; pass alpha as well (limit without "
+            "alpha is refused rather than silently ignored)");
+  p.activation = args.alpha.has_value() ? Activation::kSwiglu : Activation::kSiluAndMul;
+  p.alpha = static_cast<float>(args.alpha.value_or(0.0));
+  if (args.limit.has_value()) p.limit = static_cast<float>(*args.limit);
+  MOE_CHECK(!args.w1_zero.has_value(), "w1_zero is only used by INT4_W4A8, not ", method);
+  MOE_CHECK(!args.w2_zero.has_value(), "w2_zero is only used by INT4_W4A8, not ", method);
+
+  const int64_t e1 = describe_weight(args.w1, "w1", args.is_vnni, arch, &p.w1);
+  const int64_t e2 = describe_weight(args.w2, "w2", args.is_vnni, arch, &p.w2);
+  const at::ScalarType wdtype = weight_dtype(p.method, p.act_dtype);
+  MOE_CHECK(p.w1.dtype == wdtype, "w1 must be ", wdtype, " for ", method, " with ", p.act_dtype,
+            " hidden_states, got ", p.w1.dtype);
+  MOE_CHECK(p.w2.dtype == wdtype, "w2 must be ", wdtype, " for ", method, " with ", p.act_dtype,
+            " hidden_states, got ", p.w2.dtype);
+  p.experts = e1;
+  MOE_CHECK(e1 > 0, "w1 must hold at least one expert");
+  MOE_CHECK(e2 == e1, "w2 has ", e2, " experts but w1 has ", e1);
+  MOE_CHECK(p.w1.cols == p.hidden, "w1 must be [E, 2N, K] with K = ", p.hidden,
+            " (hidden_states' columns), got K = ", p.w1.cols);
+  MOE_CHECK(p.w1.rows % 2 == 0, "w1 must be [E, 2N, K] with an even number of rows, got ",
+            p.w1.rows);
+  p.inter = p.w1.rows / 2;
+  MOE_CHECK(p.w2.rows == p.hidden && p.w2.cols == p.inter, "w2 must be [E, K, N] = [", e1, ", ",
+            p.hidden, ", ", p.inter, "] to match w1 and hidden_states, got [", e2, ", ", p.w2.rows,
+            ", ", p.w2.cols, "]");
+
+  const int64_t E = p.experts, K = p.hidden, N = p.inter;
+  if (p.method == Method::kUnquant) {
+    MOE_CHECK(!args.w1_scale.has_value() && !args.w2_scale.has_value(),
+              "w1_scale / w2_scale are not used by UNQUANT; pass None");
+  } else if (p.method == Method::kInt8W8A8) {
+    p.w1.channel_scale = check_scale(args.w1_scale, "w1_scale", method, {E, 2 * N});
+    p.w2.channel_scale = check_scale(args.w2_scale, "w2_scale", method, {E, K});
+  } else {
+    MOE_CHECK(args.block_size.has_value() && args.block_size->size() == 2,
+              "block_size = [bn, bk] is required for FP8_W8A16");
+    p.block_n = (*args.block_size)[0];
+    p.block_k = (*args.block_size)[1];
+    MOE_CHECK(p.block_n > 0 && p.block_k > 0, "block_size must be two positive values, got ",
+              *args.block_size);
+    p.w1.scale_rows = ceil_div(2 * N, p.block_n);
+    p.w1.scale_cols = ceil_div(K, p.block_k);
+    p.w2.scale_rows = ceil_div(K, p.block_n);
+    p.w2.scale_cols = ceil_div(N, p.block_k);
+    p.w1.block_scale = check_scale(args.w1_scale, "w1_scale", method,
+                                   {E, p.w1.scale_rows, p.w1.scale_cols});
+    p.w2.block_scale = check_scale(args.w2_scale, "w2_scale", method,
+                                   {E, p.w2.scale_rows, p.w2.scale_cols});
+  }
+  p.w1.bias = check_bias(args.w1_bias, "w1_bias", {E, 2 * N}, &p.owned[0]);
+  p.w2.bias = check_bias(args.w2_bias, "w2_bias", {E, K}, &p.owned[1]);
+
+  p.topk_ids = args.topk_ids.to(at::kLong).contiguous();
+  p.topk_weights = args.topk_weights.to(at::kFloat).contiguous();
+  if (p.topk_ids.numel() > 0) {
+    const int64_t max_id = p.topk_ids.max().item<int64_t>();
+    MOE_CHECK(max_id < E, "topk_ids must be in [0, E) = [0, ", E, ") (negative marks an unused slot), got ",
+              max_id);
+  }
+
+  if (p.method == Method::kInt8W8A8) {
+    p.compute = ComputeType::kInt8;
+  } else if (p.act_dtype == at::kBFloat16) {
+    p.compute = ComputeType::kBF16;
+  } else {
+    p.compute = ComputeType::kF32;
+  }
+  return p;
+}
+
+}  // namespace moe_kernels

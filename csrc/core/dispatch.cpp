@@ -1,0 +1,67 @@
+#include "core/dispatch.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "core/packing.h"
+#include "moe_kernels.h"
+
+namespace moe_kernels {
+namespace {
+
+std::string level_names(const std::vector<IsaLevel>& ladder, bool supported_only) {
+  std::string names;
+  for (const IsaLevel& level : ladder) {
+    if (supported_only && !level.supported) continue;
+    names += names.empty() ? "" : ", ";
+    names += level.name;
+  }
+  return names;
+}
+
+const KernelSet* select_kernels() {
+  const std::vector<IsaLevel> ladder = isa_ladder();
+  const char* forced = std::getenv("MOE_KERNELS_ISA");
+  if (forced == nullptr || *forced == '\0') {
+    const KernelSet* best = nullptr;
+    for (const IsaLevel& level : ladder) {
+      if (level.supported) best = level.kernels;
+    }
+    return best;
+  }
+  for (const IsaLevel& level : ladder) {
+    if (std::string(level.name) != forced) continue;
+    TORCH_CHECK(level.supported, "MOE_KERNELS_ISA=", forced,
+                " is not supported by this CPU; it supports: ", level_names(ladder, true));
+    return level.kernels;
+  }
+  TORCH_CHECK(false, "MOE_KERNELS_ISA=", forced,
+              " names no kernel path of this architecture; choose one of: ",
+              level_names(ladder, false));
+}
+
+}  // namespace
+
+const KernelSet& active_kernels() {
+  // A throwing initializer is retried on the next call, so the error repeats.
+  static const KernelSet* const selected = select_kernels();
+  return *selected;
+}
+
+std::string isa() { return active_kernels().isa; }
+
+std::vector<std::string> supported_isas() {
+  std::vector<std::string> names;
+  for (const IsaLevel& level : isa_ladder()) {
+    if (level.supported) names.emplace_back(level.name);
+  }
+  return names;
+}
+
+int64_t packed_nbytes(int64_t rows, int64_t cols, at::ScalarType dtype) {
+  return packed_block_nbytes(rows, cols, dtype);
+}
+
+}  // namespace moe_kernels

@@ -1,0 +1,448 @@
+// The architecture-neutral fused MoE driver (see the spec for the math).
+//
+// Phases, each parallel over independent work items:
+//   0. route: a counting sort of the (token, slot) pairs by expert;
+//   1. gather each routed token row into the GEMM's input type (bf16, fp32, or
+//      int8 quantized per token), rows padded with zeros to kPackAlign;
+//   2. per (expert, block of N): h = x @ W1^T + b1, activation -> intermediate;
+//      (INT8: the intermediate is re-quantized per row);
+//   3. per (expert, block of K): y = a @ W2^T + b2, times the routing weight,
+//      into a [M * topk, K] fp32 buffer: no atomics, deterministic order;
+//   4. per token: sum its slots in fp32, cast once into the output.
+#include "core/fused_experts.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Float8_e4m3fn.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+namespace moe_kernels {
+namespace {
+
+constexpr int64_t kTokenChunk = 128;  // rows of a per GEMM call: bounds the fp32 tile buffers
+constexpr int64_t kInterBlock = 32;   // activation columns per phase-2 work item
+constexpr int64_t kHiddenBlock = 64;  // output columns per phase-3 work item
+
+int64_t round_up(int64_t value, int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+struct AlignedFree {
+  void operator()(void* p) const { std::free(p); }
+};
+
+template <typename T>
+std::unique_ptr<T[], AlignedFree> aligned_buffer(int64_t count) {
+  const size_t bytes = round_up(std::max<int64_t>(count, 1) * sizeof(T), kPackAlign);
+  return std::unique_ptr<T[], AlignedFree>(static_cast<T*>(std::aligned_alloc(kPackAlign, bytes)));
+}
+
+uint16_t to_bf16_bits(float value) { return c10::BFloat16(value).x; }
+
+const std::array<float, 256>& fp8_e4m3_table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> values{};
+    for (int bits = 0; bits < 256; ++bits) {
+      values[bits] = static_cast<float>(c10::Float8_e4m3fn(static_cast<uint8_t>(bits),
+                                                           c10::Float8_e4m3fn::from_bits()));
+    }
+    return values;
+  }();
+  return table;
+}
+
+void quantize_row_int8(const float* x, int64_t n, int8_t* q, float* scale) {
+  float amax = 0.f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float s = std::max(amax, 1e-10f) / 127.f;
+  for (int64_t i = 0; i < n; ++i) {
+    q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] / s), -127.f, 127.f));
+  }
+  *scale = s;
+}
+
+// The routed (token, slot) pairs sorted by expert, stable in token order.
+struct Routing {
+  std::vector<int64_t> expert_begin;  // E + 1 offsets into the sorted slots
+  std::vector<int64_t> token;         // token row of each sorted slot
+  std::vector<int64_t> flat;          // m * topk + t of each sorted slot
+  std::vector<float> weight;
+
+  int64_t slots() const { return static_cast<int64_t>(token.size()); }
+};
+
+Routing route(const MoeProblem& p) {
+  const int64_t* ids = p.topk_ids.data_ptr<int64_t>();
+  const float* weights = p.topk_weights.data_ptr<float>();
+  const int64_t pairs = p.tokens * p.topk;
+  Routing r;
+  r.expert_begin.assign(p.experts + 1, 0);
+  for (int64_t i = 0; i < pairs; ++i) {
+    if (ids[i] >= 0) ++r.expert_begin[ids[i] + 1];
+  }
+  for (int64_t e = 0; e < p.experts; ++e) r.expert_begin[e + 1] += r.expert_begin[e];
+  const int64_t slots = r.expert_begin[p.experts];
+  r.token.resize(slots);
+  r.flat.resize(slots);
+  r.weight.resize(slots);
+  std::vector<int64_t> next(r.expert_begin.begin(), r.expert_begin.end() - 1);
+  for (int64_t i = 0; i < pairs; ++i) {
+    if (ids[i] < 0) continue;
+    const int64_t s = next[ids[i]]++;
+    r.token[s] = i / p.topk;
+    r.flat[s] = i;
+    r.weight[s] = weights[i];
+  }
+  return r;
+}
+
+// A GEMM's left operand: `rows` rows of `ld` values in the compute type, zero
+// padded past the logical width; per-row scales for int8.
+struct Activations {
+  int64_t ld = 0;
+  std::unique_ptr<uint16_t[], AlignedFree> bf16;
+  std::unique_ptr<float[], AlignedFree> f32;
+  std::unique_ptr<int8_t[], AlignedFree> s8;
+  std::unique_ptr<float[], AlignedFree> scale;
+
+  Activations(ComputeType compute, int64_t rows, int64_t width) : ld(round_up(width, kPackAlign)) {
+    switch (compute) {
+      case ComputeType::kBF16: bf16 = aligned_buffer<uint16_t>(rows * ld); break;
+      case ComputeType::kF32: f32 = aligned_buffer<float>(rows * ld); break;
+      case ComputeType::kInt8:
+        s8 = aligned_buffer<int8_t>(rows * ld);
+        scale = aligned_buffer<float>(rows);
+        break;
+    }
+  }
+
+  // Stores one fp32 row (width values) at `row`, converting and padding.
+  void store_row(ComputeType compute, int64_t row, const float* values, int64_t width) {
+    switch (compute) {
+      case ComputeType::kBF16: {
+        uint16_t* dst = bf16.get() + row * ld;
+        for (int64_t i = 0; i < width; ++i) dst[i] = to_bf16_bits(values[i]);
+        std::fill(dst + width, dst + ld, uint16_t{0});
+        break;
+      }
+      case ComputeType::kF32: {
+        float* dst = f32.get() + row * ld;
+        std::copy(values, values + width, dst);
+        std::fill(dst + width, dst + ld, 0.f);
+        break;
+      }
+      case ComputeType::kInt8: {
+        int8_t* dst = s8.get() + row * ld;
+        quantize_row_int8(values, width, dst, scale.get() + row);
+        std::fill(dst + width, dst + ld, int8_t{0});
+        break;
+      }
+    }
+  }
+};
+
+void load_row_f32(const at::Tensor& x, int64_t row, float* out) {
+  const int64_t k = x.size(1);
+  switch (x.scalar_type()) {
+    case at::kFloat: std::memcpy(out, x.const_data_ptr<float>() + row * k, k * sizeof(float)); break;
+    case at::kBFloat16: {
+      const auto* src = x.const_data_ptr<c10::BFloat16>() + row * k;
+      for (int64_t i = 0; i < k; ++i) out[i] = static_cast<float>(src[i]);
+      break;
+    }
+    default: {
+      const auto* src = x.const_data_ptr<c10::Half>() + row * k;
+      for (int64_t i = 0; i < k; ++i) out[i] = static_cast<float>(src[i]);
+      break;
+    }
+  }
+}
+
+// One thread's scratch for a work item: a dequantized weight tile and the
+// fp32 GEMM output tiles.
+struct Scratch {
+  std::unique_ptr<float[], AlignedFree> weights_f32;
+  std::unique_ptr<uint16_t[], AlignedFree> weights_bf16;
+  std::unique_ptr<float[], AlignedFree> out0, out1;
+};
+
+// Multiplies the `m` activation rows starting at `row` by rows [r0, r1) of
+// expert e's weight: c[i * (r1 - r0) + j], fp32.
+class ExpertGemm {
+ public:
+  ExpertGemm(const KernelSet& kernels, const MoeProblem& p, const WeightOperand& w, ComputeType compute)
+      : kernels_(kernels), p_(p), w_(w), compute_(compute) {}
+
+  void run(const Activations& a, int64_t row, int64_t m, int64_t expert, int64_t r0, int64_t r1,
+           Scratch& scratch, float* c) const {
+    const int64_t n = r1 - r0;
+    int64_t ld = 0;
+    const int32_t* row_sums = nullptr;
+    const uint8_t* base = w_.expert_rows(expert, &ld, &row_sums);
+    // Padded operands (packed rows, dequantized tiles) run tail-free over a.ld.
+    const bool dequantize = w_.dtype == at::kHalf || w_.dtype == at::kFloat8_e4m3fn;
+    const int64_t k = (w_.packed || dequantize) ? a.ld : w_.cols;
+    switch (compute_) {
+      case ComputeType::kInt8: {
+        const auto* b = reinterpret_cast<const int8_t*>(base) + r0 * ld;
+        kernels_.gemm_s8(m, n, k, a.s8.get() + row * a.ld, a.ld, a.scale.get() + row, b, ld,
+                         w_.channel_scale + expert * w_.rows + r0, row_sums ? row_sums + r0 : nullptr,
+                         c, n);
+        break;
+      }
+      case ComputeType::kBF16: {
+        const uint16_t* b = reinterpret_cast<const uint16_t*>(base) + r0 * ld;
+        if (dequantize) {
+          dequantize_rows(base, ld, expert, r0, r1, a.ld, scratch.weights_bf16.get(), to_bf16_bits);
+          b = scratch.weights_bf16.get();
+          ld = a.ld;
+        }
+        kernels_.gemm_bf16(m, n, k, a.bf16.get() + row * a.ld, a.ld, b, ld, c, n);
+        break;
+      }
+      case ComputeType::kF32: {
+        const float* b = reinterpret_cast<const float*>(base) + r0 * ld;
+        if (dequantize) {
+          dequantize_rows(base, ld, expert, r0, r1, a.ld, scratch.weights_f32.get(),
+                          [](float v) { return v; });
+          b = scratch.weights_f32.get();
+          ld = a.ld;
+        }
+        kernels_.gemm_f32(m, n, k, a.f32.get() + row * a.ld, a.ld, b, ld, c, n);
+        break;
+      }
+    }
+  }
+
+  // Rows of weight values one tile may dequantize at once.
+  static constexpr int64_t kMaxTileRows = std::max(2 * kInterBlock, kHiddenBlock);
+
+ private:
+  // fp16 or fp8 (times its block scale) rows into a zero-padded tile.
+  template <typename T, typename Convert>
+  void dequantize_rows(const uint8_t* base, int64_t ld, int64_t expert, int64_t r0, int64_t r1,
+                       int64_t ld_out, T* out, Convert convert) const {
+    const int64_t cols = w_.cols;
+    for (int64_t r = r0; r < r1; ++r) {
+      T* dst = out + (r - r0) * ld_out;
+      if (w_.dtype == at::kHalf) {
+        const auto* src = reinterpret_cast<const c10::Half*>(base) + r * ld;
+        for (int64_t c = 0; c < cols; ++c) dst[c] = convert(static_cast<float>(src[c]));
+      } else {
+        const auto& table = fp8_e4m3_table();
+        const uint8_t* src = base + r * ld;
+        const float* scales = w_.block_scale +
+                              (expert * w_.scale_rows + r / p_.block_n) * w_.scale_cols;
+        for (int64_t c0 = 0; c0 < cols; c0 += p_.block_k) {
+          const float s = scales[c0 / p_.block_k];
+          const int64_t c1 = std::min(cols, c0 + p_.block_k);
+          for (int64_t c = c0; c < c1; ++c) dst[c] = convert(table[src[c]] * s);
+        }
+      }
+      std::fill(dst + cols, dst + ld_out, T{0});
+    }
+  }
+
+  const KernelSet& kernels_;
+  const MoeProblem& p_;
+  const WeightOperand& w_;
+  ComputeType compute_;
+};
+
+float silu(float g) { return g / (1.f + std::exp(-g)); }
+
+// Phase 2 epilogue: bias, activation, store of `m` rows of one column block.
+void activate_block(const MoeProblem& p, int64_t expert, int64_t j0, int64_t j1, int64_t m,
+                    float* out0, float* out1, std::vector<float>& row, Activations& inter,
+                    int64_t first_row, std::vector<float>* inter_f32) {
+  const int64_t width = j1 - j0;
+  const float* bias = p.w1.bias ? p.w1.bias + expert * 2 * p.inter : nullptr;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < width; ++j) {
+      float gate, up;
+      if (p.activation == Activation::kSiluAndMul) {
+        gate = out0[i * width + j] + (bias ? bias[j0 + j] : 0.f);
+        up = out1[i * width + j] + (bias ? bias[p.inter + j0 + j] : 0.f);
+        row[j] = silu(gate) * up;
+      } else {
+        gate = out0[i * 2 * width + 2 * j] + (bias ? bias[2 * (j0 + j)] : 0.f);
+        up = out0[i * 2 * width + 2 * j + 1] + (bias ? bias[2 * (j0 + j) + 1] : 0.f);
+        if (p.limit) {
+          gate = std::min(gate, *p.limit);
+          up = std::clamp(up, -*p.limit, *p.limit);
+        }
+        row[j] = gate / (1.f + std::exp(-p.alpha * gate)) * (up + 1.f);
+      }
+    }
+    const int64_t s = first_row + i;
+    if (inter_f32) {
+      std::copy(row.begin(), row.begin() + width, inter_f32->data() + s * inter.ld + j0);
+    } else if (p.compute == ComputeType::kBF16) {
+      for (int64_t j = 0; j < width; ++j) inter.bf16[s * inter.ld + j0 + j] = to_bf16_bits(row[j]);
+    } else {
+      std::copy(row.begin(), row.begin() + width, inter.f32.get() + s * inter.ld + j0);
+    }
+  }
+}
+
+struct WorkItem {
+  int64_t expert;
+  int64_t begin;  // first column of the block
+};
+
+std::vector<WorkItem> work_items(const Routing& routing, int64_t experts, int64_t width, int64_t block) {
+  std::vector<WorkItem> items;
+  for (int64_t e = 0; e < experts; ++e) {
+    if (routing.expert_begin[e] == routing.expert_begin[e + 1]) continue;
+    for (int64_t j = 0; j < width; j += block) items.push_back({e, j});
+  }
+  return items;
+}
+
+Scratch make_scratch(int64_t ld) {
+  Scratch s;
+  s.weights_f32 = aligned_buffer<float>(ExpertGemm::kMaxTileRows * ld);
+  s.weights_bf16 = aligned_buffer<uint16_t>(ExpertGemm::kMaxTileRows * ld);
+  s.out0 = aligned_buffer<float>(kTokenChunk * ExpertGemm::kMaxTileRows);
+  s.out1 = aligned_buffer<float>(kTokenChunk * ExpertGemm::kMaxTileRows);
+  return s;
+}
+
+}  // namespace
+
+const uint8_t* WeightOperand::expert_rows(int64_t expert, int64_t* ld, const int32_t** row_sums) const {
+  if (packed) {
+    const PackedView view = packed_expert(*tensor, expert);
+    *ld = view.ld;
+    *row_sums = view.row_sums;
+    return view.values;
+  }
+  *ld = cols;
+  *row_sums = nullptr;
+  return static_cast<const uint8_t*>(tensor->const_data_ptr()) +
+         expert * rows * cols * c10::elementSize(dtype);
+}
+
+at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const FusedExpertsArgs& args) {
+  const MoeProblem p = check_fused_experts_args(args, arch);
+  at::Tensor out = args.inplace ? args.hidden_states : at::empty_like(args.hidden_states);
+  if (p.tokens == 0) return out;
+
+  const Routing routing = route(p);
+  const int64_t slots = routing.slots();
+  const int64_t M = p.tokens, K = p.hidden, N = p.inter, topk = p.topk;
+
+  // Phase 1: gather.
+  Activations x(p.compute, slots, K);
+  at::parallel_for(0, slots, 16, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(K);
+    for (int64_t s = begin; s < end; ++s) {
+      load_row_f32(args.hidden_states, routing.token[s], row.data());
+      x.store_row(p.compute, s, row.data(), K);
+    }
+  });
+
+  // Phase 2: W1, bias, activation.
+  Activations inter(p.compute, slots, N);
+  std::vector<float> inter_f32;  // INT8 re-quantizes whole rows after the blocks are done
+  if (p.compute == ComputeType::kInt8) inter_f32.assign(slots * inter.ld, 0.f);
+  const ExpertGemm gemm1(kernels, p, p.w1, p.compute);
+  const auto items1 = work_items(routing, p.experts, N, kInterBlock);
+  at::parallel_for(0, static_cast<int64_t>(items1.size()), 1, [&](int64_t begin, int64_t end) {
+    Scratch scratch = make_scratch(x.ld);
+    std::vector<float> row(kInterBlock);
+    for (int64_t item = begin; item < end; ++item) {
+      const auto [e, j0] = items1[item];
+      const int64_t j1 = std::min(N, j0 + kInterBlock);
+      for (int64_t s0 = routing.expert_begin[e]; s0 < routing.expert_begin[e + 1]; s0 += kTokenChunk) {
+        const int64_t m = std::min(kTokenChunk, routing.expert_begin[e + 1] - s0);
+        if (p.activation == Activation::kSiluAndMul) {
+          gemm1.run(x, s0, m, e, j0, j1, scratch, scratch.out0.get());
+          gemm1.run(x, s0, m, e, N + j0, N + j1, scratch, scratch.out1.get());
+        } else {
+          gemm1.run(x, s0, m, e, 2 * j0, 2 * j1, scratch, scratch.out0.get());
+        }
+        activate_block(p, e, j0, j1, m, scratch.out0.get(), scratch.out1.get(), row, inter, s0,
+                       inter_f32.empty() ? nullptr : &inter_f32);
+      }
+    }
+  });
+  if (p.compute == ComputeType::kInt8) {
+    at::parallel_for(0, slots, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t s = begin; s < end; ++s) inter.store_row(p.compute, s, inter_f32.data() + s * inter.ld, N);
+    });
+  } else if (p.compute == ComputeType::kF32 || p.compute == ComputeType::kBF16) {
+    // Zero the padding past N so padded W2 operands can run over inter.ld.
+    at::parallel_for(0, slots, 64, [&](int64_t begin, int64_t end) {
+      for (int64_t s = begin; s < end; ++s) {
+        if (p.compute == ComputeType::kBF16) {
+          std::fill(inter.bf16.get() + s * inter.ld + N, inter.bf16.get() + (s + 1) * inter.ld, uint16_t{0});
+        } else {
+          std::fill(inter.f32.get() + s * inter.ld + N, inter.f32.get() + (s + 1) * inter.ld, 0.f);
+        }
+      }
+    });
+  }
+
+  // Phase 3: W2, bias, routing weight, into per-(token, slot) rows.
+  auto y = aligned_buffer<float>(M * topk * K);
+  const ExpertGemm gemm2(kernels, p, p.w2, p.compute);
+  const auto items2 = work_items(routing, p.experts, K, kHiddenBlock);
+  at::parallel_for(0, static_cast<int64_t>(items2.size()), 1, [&](int64_t begin, int64_t end) {
+    Scratch scratch = make_scratch(inter.ld);
+    for (int64_t item = begin; item < end; ++item) {
+      const auto [e, k0] = items2[item];
+      const int64_t k1 = std::min(K, k0 + kHiddenBlock), width = k1 - k0;
+      const float* bias = p.w2.bias ? p.w2.bias + e * K : nullptr;
+      for (int64_t s0 = routing.expert_begin[e]; s0 < routing.expert_begin[e + 1]; s0 += kTokenChunk) {
+        const int64_t m = std::min(kTokenChunk, routing.expert_begin[e + 1] - s0);
+        float* c = scratch.out0.get();
+        gemm2.run(inter, s0, m, e, k0, k1, scratch, c);
+        for (int64_t i = 0; i < m; ++i) {
+          const float w = routing.weight[s0 + i];
+          float* dst = y.get() + routing.flat[s0 + i] * K + k0;
+          for (int64_t j = 0; j < width; ++j) dst[j] = w * (c[i * width + j] + (bias ? bias[k0 + j] : 0.f));
+        }
+      }
+    }
+  });
+
+  // Phase 4: reduce the slots of each token, cast once.
+  const int64_t* ids = p.topk_ids.data_ptr<int64_t>();
+  at::parallel_for(0, M, 4, [&](int64_t begin, int64_t end) {
+    std::vector<float> acc(K);
+    for (int64_t m = begin; m < end; ++m) {
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int64_t t = 0; t < topk; ++t) {
+        if (ids[m * topk + t] < 0) continue;
+        const float* src = y.get() + (m * topk + t) * K;
+        for (int64_t k = 0; k < K; ++k) acc[k] += src[k];
+      }
+      switch (out.scalar_type()) {
+        case at::kFloat: std::copy(acc.begin(), acc.end(), out.data_ptr<float>() + m * K); break;
+        case at::kBFloat16: {
+          auto* dst = out.data_ptr<c10::BFloat16>() + m * K;
+          for (int64_t k = 0; k < K; ++k) dst[k] = c10::BFloat16(acc[k]);
+          break;
+        }
+        default: {
+          auto* dst = out.data_ptr<c10::Half>() + m * K;
+          for (int64_t k = 0; k < K; ++k) dst[k] = c10::Half(acc[k]);
+          break;
+        }
+      }
+    }
+  });
+  return out;
+}
+
+}  // namespace moe_kernels

@@ -1,0 +1,21 @@
+// moe_comp_method values of the spec and the weight dtype each expects.
+#pragma once
+
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+
+namespace moe_kernels {
+
+enum class Method : int64_t { kUnquant = 0, kInt8W8A8 = 1, kFp8W8A16 = 2, kInt4W4A8 = 3, kMxfp4 = 4 };
+
+const char* method_name(int64_t moe_comp_method);
+
+// Fails with a clear error for values outside the spec and for methods this
+// build does not implement yet.
+Method check_method(int64_t moe_comp_method);
+
+// The weight dtype a method takes; UNQUANT takes the activations' dtype.
+at::ScalarType weight_dtype(Method method, at::ScalarType activation_dtype);
+
+}  // namespace moe_kernels

@@ -1,0 +1,145 @@
+#include "core/packing.h"
+
+#include <ATen/Parallel.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/Exception.h>
+
+#include <cstring>
+
+#include "core/kernels.h"
+#include "core/methods.h"
+
+namespace moe_kernels {
+namespace {
+
+constexpr char kMagic[8] = {'M', 'O', 'E', 'K', 'P', 'A', 'C', 'K'};
+constexpr uint32_t kVersion = 1;
+
+int64_t round_up(int64_t value, int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+const char* arch_name(uint32_t arch) {
+  switch (static_cast<PackArch>(arch)) {
+    case PackArch::kX86_64: return "x86_64";
+    case PackArch::kAarch64: return "aarch64";
+    case PackArch::kGeneric: return "generic";
+  }
+  return "unknown";
+}
+
+PackedHeader make_header(int64_t rows, int64_t cols, at::ScalarType dtype, PackArch arch) {
+  PackedHeader header{};
+  std::memcpy(header.magic, kMagic, sizeof(kMagic));
+  header.version = kVersion;
+  header.arch = static_cast<uint32_t>(arch);
+  header.dtype = static_cast<int32_t>(dtype);
+  header.rows = rows;
+  header.cols = cols;
+  header.ld = round_up(cols, kPackAlign);
+  const int64_t values_end = kPackedHeaderBytes + rows * header.ld * c10::elementSize(dtype);
+  header.sums_offset = dtype == at::kChar ? values_end : 0;
+  return header;
+}
+
+}  // namespace
+
+int64_t packed_block_nbytes(int64_t rows, int64_t cols, at::ScalarType dtype) {
+  TORCH_CHECK(rows > 0 && cols > 0, "packed_nbytes: rows and cols must be positive, got ", rows,
+              " and ", cols);
+  const PackedHeader header = make_header(rows, cols, dtype, PackArch::kGeneric);
+  const int64_t end = header.sums_offset ? header.sums_offset + rows * int64_t{sizeof(int32_t)}
+                                         : kPackedHeaderBytes +
+                                               rows * header.ld * c10::elementSize(dtype);
+  return round_up(end, kPackAlign);
+}
+
+at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackArch arch) {
+  const Method method = check_method(moe_comp_method);
+  TORCH_CHECK(weight.dim() == 3, "convert_weight_packed: weight must be 3-D [E, rows, cols], got ",
+              weight.dim(), "-D");
+  TORCH_CHECK(weight.is_contiguous(), "convert_weight_packed: weight must be contiguous");
+  const at::ScalarType dtype = weight.scalar_type();
+  if (method == Method::kUnquant) {
+    TORCH_CHECK(dtype == at::kBFloat16 || dtype == at::kHalf || dtype == at::kFloat,
+                "convert_weight_packed: weight for UNQUANT must be bfloat16, float16 or float32, got ",
+                dtype);
+  } else {
+    const at::ScalarType expected = weight_dtype(method, at::kFloat);
+    TORCH_CHECK(dtype == expected, "convert_weight_packed: weight for ", method_name(moe_comp_method),
+                " must be ", expected, ", got ", dtype);
+  }
+  const int64_t experts = weight.size(0), rows = weight.size(1), cols = weight.size(2);
+  const int64_t block_bytes = packed_block_nbytes(rows, cols, dtype);
+  at::Tensor packed = at::empty({experts, block_bytes}, weight.options().dtype(at::kByte));
+  const PackedHeader header = make_header(rows, cols, dtype, arch);
+  const int64_t elem = c10::elementSize(dtype);
+  const auto* src = static_cast<const uint8_t*>(weight.data_ptr());
+  auto* dst = packed.data_ptr<uint8_t>();
+  at::parallel_for(0, experts, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t e = begin; e < end; ++e) {
+      uint8_t* block = dst + e * block_bytes;
+      std::memset(block, 0, block_bytes);
+      std::memcpy(block, &header, sizeof(header));
+      const uint8_t* expert_src = src + e * rows * cols * elem;
+      for (int64_t r = 0; r < rows; ++r) {
+        std::memcpy(block + kPackedHeaderBytes + r * header.ld * elem, expert_src + r * cols * elem,
+                    cols * elem);
+      }
+      if (header.sums_offset) {
+        auto* sums = reinterpret_cast<int32_t*>(block + header.sums_offset);
+        const auto* values = reinterpret_cast<const int8_t*>(expert_src);
+        for (int64_t r = 0; r < rows; ++r) {
+          int32_t sum = 0;
+          for (int64_t c = 0; c < cols; ++c) sum += values[r * cols + c];
+          sums[r] = sum;
+        }
+      }
+    }
+  });
+  return packed;
+}
+
+PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch arch) {
+  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.dim() == 2 && packed.size(0) > 0 &&
+                  packed.size(1) >= kPackedHeaderBytes,
+              "fused_experts_cpu: ", name,
+              " with is_vnni=True must come from convert_weight_packed (a uint8 [E, nbytes] "
+              "tensor), got ", packed.scalar_type(), " of shape ", packed.sizes());
+  TORCH_CHECK(packed.is_contiguous(), "fused_experts_cpu: ", name, " must be contiguous");
+  const auto* base = packed.data_ptr<uint8_t>();
+  PackedHeader header;
+  std::memcpy(&header, base, sizeof(header));
+  TORCH_CHECK(std::memcmp(header.magic, kMagic, sizeof(kMagic)) == 0 && header.version == kVersion,
+              "fused_experts_cpu: ", name,
+              " with is_vnni=True did not come from convert_weight_packed (no packed header)");
+  TORCH_CHECK(header.arch == static_cast<uint32_t>(arch), "fused_experts_cpu: ", name,
+              " was packed on ", arch_name(header.arch), "; repack it on this machine (",
+              arch_name(static_cast<uint32_t>(arch)), ") with convert_weight_packed");
+  const auto dtype = static_cast<at::ScalarType>(header.dtype);
+  TORCH_CHECK(dtype == at::kBFloat16 || dtype == at::kHalf || dtype == at::kFloat ||
+                  dtype == at::kChar || dtype == at::kFloat8_e4m3fn,
+              "fused_experts_cpu: ", name, " has a corrupt packed header (value type)");
+  const PackedHeader expected = make_header(header.rows, header.cols, dtype, arch);
+  TORCH_CHECK(header.rows > 0 && header.cols > 0 && std::memcmp(&header, &expected, sizeof(header)) == 0 &&
+                  packed.size(1) == packed_block_nbytes(header.rows, header.cols, dtype),
+              "fused_experts_cpu: ", name, " has a corrupt packed header");
+  for (int64_t e = 1; e < packed.size(0); ++e) {
+    TORCH_CHECK(std::memcmp(base + e * packed.size(1), &header, sizeof(header)) == 0,
+                "fused_experts_cpu: ", name, " expert ", e,
+                " does not carry the same packed header as expert 0");
+  }
+  return header;
+}
+
+PackedView packed_expert(const at::Tensor& packed, int64_t expert) {
+  const uint8_t* block = packed.data_ptr<uint8_t>() + expert * packed.size(1);
+  PackedHeader header;
+  std::memcpy(&header, block, sizeof(header));
+  return PackedView{block + kPackedHeaderBytes,
+                    header.sums_offset ? reinterpret_cast<const int32_t*>(block + header.sums_offset)
+                                       : nullptr,
+                    header.ld};
+}
+
+}  // namespace moe_kernels

@@ -1,0 +1,52 @@
+// The packed weight layout made by convert_weight_packed (is_vnni=True).
+//
+// A packed tensor is uint8 [E, packed_nbytes(rows, cols, dtype)]. Each expert's
+// block starts with a 64-byte header that makes it self-describing, so that a
+// tensor which did not come from convert_weight_packed, or came from another
+// architecture, is refused instead of read as garbage. After the header: the
+// rows, each padded with zeros to a multiple of kPackAlign values and aligned
+// to kPackAlign bytes (kernels run tail-free on them); for int8, the int32 row
+// sums that x86's unsigned*signed VNNI path needs.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace moe_kernels {
+
+enum class PackArch : uint32_t { kGeneric = 0, kX86_64 = 1, kAarch64 = 2 };
+
+struct PackedHeader {
+  char magic[8];
+  uint32_t version;
+  uint32_t arch;       // PackArch of the machine that packed it
+  int32_t dtype;       // c10::ScalarType of the values
+  int32_t reserved;
+  int64_t rows;
+  int64_t cols;
+  int64_t ld;          // padded row length, in values
+  int64_t sums_offset; // bytes from the block start to the int32 row sums; 0 if none
+};
+static_assert(sizeof(PackedHeader) <= 64, "the header must fit its 64 bytes");
+
+inline constexpr int64_t kPackedHeaderBytes = 64;
+
+// One expert's block of a validated packed tensor.
+struct PackedView {
+  const uint8_t* values;
+  const int32_t* row_sums;  // null unless int8
+  int64_t ld;
+};
+
+int64_t packed_block_nbytes(int64_t rows, int64_t cols, at::ScalarType dtype);
+
+at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackArch arch);
+
+// Checks that `packed` (the argument called `name`) came from
+// convert_weight_packed on this architecture and returns its header.
+PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch arch);
+
+PackedView packed_expert(const at::Tensor& packed, int64_t expert);
+
+}  // namespace moe_kernels

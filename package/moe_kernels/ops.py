@@ -1,0 +1,90 @@
+"""Typed wrappers over torch.ops.moe_kernels and their fake (meta) implementations."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import IntEnum
+
+import torch
+from torch import Tensor
+
+
+class MoeCompMethod(IntEnum):
+    """The spec's moe_comp_method values."""
+
+    UNQUANT = 0
+    INT8_W8A8 = 1
+    FP8_W8A16 = 2
+    INT4_W4A8 = 3
+    MXFP4 = 4
+
+
+def fused_experts(
+    hidden_states: Tensor,
+    w1: Tensor,
+    w2: Tensor,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    *,
+    inplace: bool = False,
+    moe_comp_method: int = MoeCompMethod.UNQUANT,
+    w1_scale: Tensor | None = None,
+    w2_scale: Tensor | None = None,
+    w1_zero: Tensor | None = None,
+    w2_zero: Tensor | None = None,
+    block_size: Sequence[int] | None = None,
+    w1_bias: Tensor | None = None,
+    w2_bias: Tensor | None = None,
+    alpha: float | None = None,
+    limit: float | None = None,
+    is_vnni: bool = False,
+) -> Tensor:
+    """The fused MoE layer: for each token, sum over its top-k experts of
+    weight * (act(x @ W1[e]^T + b1) @ W2[e]^T + b2). See the op spec for shapes,
+    methods and activations; arguments map one to one onto the op's schema."""
+    return torch.ops.moe_kernels.fused_experts_cpu(
+        hidden_states,
+        w1,
+        w2,
+        topk_weights,
+        topk_ids,
+        inplace,
+        int(moe_comp_method),
+        w1_scale,
+        w2_scale,
+        w1_zero,
+        w2_zero,
+        None if block_size is None else [int(b) for b in block_size],
+        w1_bias,
+        w2_bias,
+        None if alpha is None else float(alpha),
+        None if limit is None else float(limit),
+        is_vnni,
+    )
+
+
+def convert_weight_packed(weight: Tensor, moe_comp_method: int) -> Tensor:
+    """Packs [E, rows, cols] weights for this machine's kernels (pass is_vnni=True)."""
+    return torch.ops.moe_kernels.convert_weight_packed(weight, int(moe_comp_method))
+
+
+def isa() -> str:
+    """The kernel path in use, e.g. "avx512_bf16" or "neon" (MOE_KERNELS_ISA forces a lower one)."""
+    return torch.ops.moe_kernels.isa()
+
+
+def supported_isas() -> list[str]:
+    """Every kernel path this CPU can run, lowest first."""
+    return list(torch.ops.moe_kernels.supported_isas())
+
+
+@torch.library.register_fake("moe_kernels::fused_experts_cpu")
+def _fused_experts_cpu_fake(hidden_states: Tensor, *args: object) -> Tensor:
+    return torch.empty_like(hidden_states)
+
+
+@torch.library.register_fake("moe_kernels::convert_weight_packed")
+def _convert_weight_packed_fake(weight: Tensor, moe_comp_method: int) -> Tensor:
+    experts, rows, cols = weight.shape
+    nbytes = torch.ops.moe_kernels.packed_nbytes(rows, cols, weight.dtype)
+    return weight.new_empty((experts, nbytes), dtype=torch.uint8)
