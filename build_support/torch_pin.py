@@ -27,3 +27,8 @@ class Provider:
     @staticmethod
     def dynamic_metadata(settings: dict[str, Any], project: dict[str, Any]) -> dict[str, Any]:
         return {"dependencies": [torch_requirement()]}
+
+    @staticmethod
+    def dynamic_wheel(settings: dict[str, Any]) -> dict[str, bool]:
+        # An sdist does not know which torch its wheel will be built against.
+        return {"dependencies": True}
