@@ -1,0 +1,70 @@
+"""What the compiled library registers: op schemas, Python signatures, the ISA path."""
+
+from __future__ import annotations
+
+import inspect
+import os
+
+import pytest
+import torch
+
+import moe_kernels
+from moe_kernels import reference
+
+NAMESPACE = "moe_kernels"
+# The op contract's seventeen arguments, in order. The last four came last: a
+# schema with the older thirteen is exactly the defect this project exists to catch.
+SPEC_FUSED_EXPERTS_ARGUMENTS = [
+    "hidden_states", "w1", "w2", "topk_weights", "topk_ids", "inplace",
+    "moe_comp_method", "w1_scale", "w2_scale", "w1_zero", "w2_zero", "block_size",
+    "w1_bias", "w2_bias", "alpha", "limit", "is_vnni",
+]  # fmt: skip
+
+
+def _schema_of(name: str) -> torch._C.FunctionSchema:
+    return getattr(torch.ops.moe_kernels, name).default._schema
+
+
+def test_registered_ops_are_the_canonical_ones() -> None:
+    prefix = f"{NAMESPACE}::"
+    registered = {
+        name.removeprefix(prefix).split(".")[0]
+        for name in torch._C._dispatch_get_all_op_names()
+        if name.startswith(prefix)
+    }
+    assert registered == set(moe_kernels.SCHEMAS)
+
+
+@pytest.mark.parametrize("name", sorted(moe_kernels.SCHEMAS))
+def test_schema_equals_canonical_string(name: str) -> None:
+    canonical = torch._C.parse_schema(f"{NAMESPACE}::{moe_kernels.SCHEMAS[name]}")
+    assert str(_schema_of(name)) == str(canonical)
+
+
+def test_fused_experts_schema_has_the_spec_arguments() -> None:
+    names = [arg.name for arg in _schema_of("fused_experts_cpu").arguments]
+    assert names == SPEC_FUSED_EXPERTS_ARGUMENTS
+
+
+@pytest.mark.parametrize(
+    "function", [moe_kernels.fused_experts, reference.fused_experts], ids=["wrapper", "reference"]
+)
+def test_python_signature_maps_onto_schema(function) -> None:
+    assert list(inspect.signature(function).parameters) == SPEC_FUSED_EXPERTS_ARGUMENTS
+
+
+def test_isa_is_supported_and_generic_comes_first() -> None:
+    supported = moe_kernels.supported_isas()
+    assert supported[0] == "generic"
+    assert moe_kernels.isa() in supported
+    assert len(set(supported)) == len(supported)
+
+
+@pytest.mark.parametrize("variable", ["MOE_KERNELS_ISA", "MOE_KERNELS_EXPECT_ISA"])
+def test_isa_is_the_one_asked_for(variable: str) -> None:
+    """MOE_KERNELS_ISA forces a path; MOE_KERNELS_EXPECT_ISA is the harness saying
+    which path this CPU must pick on its own."""
+    expected = os.environ.get(variable)
+    if not expected:
+        pytest.skip(f"{variable} is not set")
+    assert moe_kernels.isa() == expected
