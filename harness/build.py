@@ -1,0 +1,150 @@
+"""Building the wheels: cibuildwheel in each target's local build image.
+
+cibuildwheel copies its working directory into the container, so it runs in a
+staged copy of the tree holding only what git tracks or would track: no host
+build/ directory (whose CMake cache names host paths), no .nox virtualenvs.
+The wheel is written to a temporary directory and moved into wheelhouse/ in one
+rename, so a failed or killed build never leaves a partial wheel there.
+
+A build is skipped when its inputs (the staged files, the build image, the
+cibuildwheel version) are those of the wheel already in wheelhouse/.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from harness import console, containers
+from harness.images import ImageSpec
+from harness.targets import Target
+
+PROJECT = "moe_kernels"
+
+
+def source_files(repo: Path) -> list[str]:
+    """The files git tracks or would track (not ignored), relative to repo."""
+    listing = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=repo, check=True, capture_output=True,
+    ).stdout.decode()
+    return sorted({name for name in listing.split("\0") if name and (repo / name).is_file()})
+
+
+def inputs_hash(repo: Path, files: list[str], *extra: str) -> str:
+    digest = hashlib.sha256()
+    for name in files:
+        digest.update(name.encode() + b"\0" + hashlib.sha256((repo / name).read_bytes()).digest())
+    for item in extra:
+        digest.update(item.encode() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def stage(repo: Path, files: list[str], dest: Path) -> None:
+    for name in files:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(repo / name, dest / name)
+
+
+def cibuildwheel_env(target: Target, build_image: str, owner_labels: list[str]) -> dict[str, str]:
+    """The per-target settings; the shared ones are in [tool.cibuildwheel]."""
+    return {
+        "CIBW_PLATFORM": "linux",
+        "CIBW_ARCHS": target.arch,
+        "CIBW_BUILD": " ".join(f"{tag}-manylinux_{target.arch}" for tag in target.python_tags),
+        f"CIBW_MANYLINUX_{target.arch.upper()}_IMAGE": build_image,
+        # Labels let the next run remove the container of a killed build.
+        "CIBW_CONTAINER_ENGINE": f"docker; create_args: {' '.join(owner_labels)}",
+    }
+
+
+def wheel_matches(name: str, arch: str) -> bool:
+    return (
+        name.startswith(f"{PROJECT}-")
+        and name.endswith(f"_{arch}.whl")
+        and "-py3-none-" in name
+        and "manylinux" in name
+    )
+
+
+def find_wheel(wheelhouse: Path, arch: str) -> Path:
+    wheels = sorted(p for p in wheelhouse.glob("*.whl") if wheel_matches(p.name, arch))
+    if len(wheels) != 1:
+        found = ", ".join(p.name for p in wheels) or "none"
+        raise FileNotFoundError(
+            f"expected one {arch} wheel of {PROJECT} in {wheelhouse} (found: {found}); "
+            f"build it with: nox -s build -- --arch {arch}"
+        )
+    return wheels[0]
+
+
+def publish(built: Path, wheelhouse: Path, arch: str) -> Path:
+    """Move the new wheel into wheelhouse/ atomically and drop older ones of the arch."""
+    final = wheelhouse / built.name
+    os.replace(built, final)
+    for old in wheelhouse.glob("*.whl"):
+        if old != final and wheel_matches(old.name, arch):
+            old.unlink()
+    return final
+
+
+def remove_partial_outputs(wheelhouse: Path) -> None:
+    """Temporary output directories of builds whose process is gone."""
+    for partial in wheelhouse.glob(".partial-*"):
+        pid = partial.name.split("-")[1]
+        if not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(partial, ignore_errors=True)
+
+
+def build_wheel(
+    target: Target,
+    images: dict[str, ImageSpec],
+    *,
+    repo: Path,
+    wheelhouse: Path,
+    stamps: Path,
+    cibuildwheel: list[str],
+    steps: console.StepLog,
+    force: bool = False,
+) -> Path:
+    build_image = images["build"].tag
+    files = source_files(repo)
+    inputs = inputs_hash(repo, files, build_image, " ".join(cibuildwheel))
+    stamp = stamps / f"{target.arch}.json"
+    wheelhouse.mkdir(parents=True, exist_ok=True)
+    remove_partial_outputs(wheelhouse)
+    with steps.step(f"build {target.arch}") as step:
+        if not force and stamp.exists():
+            recorded = json.loads(stamp.read_text())
+            if recorded["inputs"] == inputs and (wheelhouse / recorded["wheel"]).exists():
+                step.outcome = "reused"
+                print(f"{recorded['wheel']}: built from these very inputs, reused", flush=True)
+                return wheelhouse / recorded["wheel"]
+        partial = wheelhouse / f".partial-{os.getpid()}-{target.arch}"
+        try:
+            with tempfile.TemporaryDirectory(prefix="moe-kernels-stage-") as staged:
+                stage(repo, files, Path(staged))
+                console.run_streamed(
+                    [*cibuildwheel, "--output-dir", str(partial), "."],
+                    f"build {target.arch}",
+                    cwd=staged,
+                    env=cibuildwheel_env(target, build_image, containers.label_args()),
+                )
+            built = list(partial.glob("*.whl"))
+            if len(built) != 1 or not wheel_matches(built[0].name, target.arch):
+                raise RuntimeError(
+                    f"cibuildwheel made {[p.name for p in built]}, expected one "
+                    f"{PROJECT}-*-py3-none-manylinux_*_{target.arch}.whl"
+                )
+            wheel = publish(built[0], wheelhouse, target.arch)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+        stamps.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(json.dumps({"inputs": inputs, "wheel": wheel.name}) + "\n")
+        print(f"wheelhouse/{wheel.name}", flush=True)
+        return wheel

@@ -1,0 +1,116 @@
+"""Running commands with visible progress, and timing each step of a run.
+
+Long steps (debootstrap, docker build, an emulated compile) print every line of
+their output prefixed with the step's label and the time since it started, so
+a CI log shows what is happening and for how long.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+
+
+class CommandFailed(RuntimeError):
+    def __init__(self, label: str, argv: Sequence[str], returncode: int):
+        super().__init__(f"{label}: `{' '.join(argv)}` exited with {returncode}")
+        self.returncode = returncode
+
+
+def clock(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    return f"{minutes:02d}:{seconds:02d}"
+
+
+def run_streamed(
+    argv: Sequence[str],
+    label: str,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+    check: bool = True,
+    timeout: float | None = None,
+) -> int:
+    """Run argv, echoing each output line as `[label mm:ss] line`; return its exit code.
+
+    On timeout the process is killed and the exit code is 124 (as timeout(1)).
+    """
+    start = time.monotonic()
+    full_env = {**os.environ, **env} if env is not None else None
+    with subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=full_env,
+        cwd=cwd,
+        text=True,
+        errors="replace",
+        bufsize=1,
+    ) as process:
+
+        def echo() -> None:
+            assert process.stdout is not None
+            for line in process.stdout:
+                print(f"[{label} {clock(time.monotonic() - start)}] {line.rstrip()}", flush=True)
+
+        # A thread echoes, so that a silent, hung process still meets its timeout.
+        echoer = threading.Thread(target=echo, daemon=True)
+        echoer.start()
+        try:
+            returncode = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            returncode = 124
+        echoer.join()
+    if check and returncode != 0:
+        raise CommandFailed(label, argv, returncode)
+    return returncode
+
+
+@dataclasses.dataclass
+class StepTime:
+    name: str
+    seconds: float
+    outcome: str  # "done", "reused" or "failed"
+
+
+@dataclasses.dataclass
+class StepLog:
+    """The wall time of every step of a run, for the closing summary."""
+
+    steps: list[StepTime] = dataclasses.field(default_factory=list)
+
+    @contextlib.contextmanager
+    def step(self, name: str) -> Iterator[StepTime]:
+        """Time a step; the body may set `.outcome = "reused"` when it skipped the work."""
+        print(f"==> {name}", flush=True)
+        record = StepTime(name, 0.0, "done")
+        start = time.monotonic()
+        try:
+            yield record
+        except BaseException:
+            record.outcome = "failed"
+            raise
+        finally:
+            record.seconds = time.monotonic() - start
+            self.steps.append(record)
+            print(f"<== {name}: {record.outcome} in {clock(record.seconds)}", flush=True)
+
+    def table(self) -> str:
+        lines = ["| step | outcome | wall time |", "| --- | --- | ---: |"]
+        lines += [f"| {s.name} | {s.outcome} | {clock(s.seconds)} |" for s in self.steps]
+        total = sum(s.seconds for s in self.steps)
+        lines.append(f"| total | | {clock(total)} |")
+        return "\n".join(lines)
+
+
+def note(message: str) -> None:
+    print(f"--- {message}", file=sys.stderr, flush=True)

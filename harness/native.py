@@ -1,0 +1,38 @@
+"""The kernel suite on the host, once per ISA level this CPU supports.
+
+For a nox session whose virtualenv has the package installed:
+
+    harness.native.run_kernel_suite(session, session.posargs)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+SUPPORTED_ISAS = "import moe_kernels; print(*moe_kernels.supported_isas())"
+
+
+class Session(Protocol):
+    """The part of nox.Session used here."""
+
+    def run(self, *args: str, **kwargs: object) -> object: ...
+
+
+def suite_runs(levels: Sequence[str], pytest_args: Sequence[str]) -> list[tuple[dict[str, str], list[str]]]:
+    """(environment, command) for each level: the level forced, and asserted by the suite."""
+    return [
+        (
+            {"MOE_KERNELS_ISA": level, "MOE_KERNELS_EXPECT_ISA": level},
+            ["python", "-m", "pytest", "tests/kernels", "-p", "no:cacheprovider", *pytest_args],
+        )
+        for level in levels
+    ]
+
+
+def run_kernel_suite(session: Session, pytest_args: Sequence[str] = ()) -> None:
+    output = session.run("python", "-c", SUPPORTED_ISAS, silent=True)
+    levels = str(output).split()
+    print(f"kernel suite natively under: {', '.join(levels)}", flush=True)
+    for env, command in suite_runs(levels, pytest_args):
+        session.run(*command, env=env)

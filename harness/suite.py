@@ -1,0 +1,177 @@
+"""Running the kernel suite against a built wheel, in a clean container per run.
+
+One run per (target, CPU model) under QEMU, or per ISA level natively. Every run
+installs the wheel (not the source tree) into the test image's venv, with no
+network, and asserts the kernel path: MOE_KERNELS_EXPECT_ISA for the suite, and
+the path the library reports, recorded for the summary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from harness import console, containers
+from harness.targets import Target
+
+DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
+# Under QEMU an import of torch takes about 9 s and the suite minutes; a hung
+# run must not hold CI until its own limit.
+RUN_TIMEOUT_SECONDS = 40 * 60
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteRun:
+    target: Target
+    cpu: str  # the QEMU CPU model, or "host" for a native run
+    isa: str  # the kernel path the run must select
+    env: tuple[tuple[str, str], ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.target.arch}-{self.cpu}-{self.isa}"
+
+
+def planned_runs(target: Target, supported_isas: list[str] | None = None) -> list[SuiteRun]:
+    """Emulated: one run per CPU model. Native: one per table ISA level the CPU supports."""
+    if target.runner == "qemu":
+        return [
+            SuiteRun(target, model.name, model.isa,
+                     (("QEMU_CPU", model.name), ("MOE_KERNELS_EXPECT_ISA", model.isa)))
+            for model in target.cpu_models
+        ]
+    supported = supported_isas or []
+    return [
+        SuiteRun(target, "host", level, (("MOE_KERNELS_ISA", level), ("MOE_KERNELS_EXPECT_ISA", level)))
+        for level in target.isa_levels
+        if level in supported
+    ]
+
+
+def _mounts(repo: Path, wheelhouse: Path) -> list[str]:
+    return [
+        f"--volume={repo / 'tests'}:/src/tests:ro",
+        # the suite's pytest settings, and nothing else of the source tree
+        f"--volume={repo / 'pyproject.toml'}:/src/pyproject.toml:ro",
+        f"--volume={wheelhouse}:/wheelhouse:ro",
+        f"--volume={DOCKER_DIR / 'run-kernel-suite.sh'}:/harness/run-kernel-suite.sh:ro",
+    ]
+
+
+def docker_run_command(
+    run: SuiteRun,
+    *,
+    image: str,
+    wheel: Path,
+    repo: Path,
+    report_dir: Path,
+    name: str,
+    pytest_args: list[str],
+) -> list[str]:
+    return [
+        "docker", "run", "--rm", f"--name={name}", *containers.label_args(),
+        f"--platform={run.target.platform}", "--network=none",
+        *(f"--env={key}={value}" for key, value in run.env),
+        *_mounts(repo, wheel.parent),
+        f"--volume={report_dir}:/report",
+        "--workdir=/src",
+        image,
+        "bash", "/harness/run-kernel-suite.sh", f"/wheelhouse/{wheel.name}", "/report",
+        *pytest_args,
+    ]
+
+
+def query_supported_isas(target: Target, image: str, wheel: Path, repo: Path) -> list[str]:
+    """The ISA levels the library can run on this CPU, asked of the installed wheel."""
+    name = containers.container_name("isas", target.arch)
+    script = (
+        'pip install --quiet --no-index --no-deps "$0" && '
+        "python -c 'import moe_kernels; print(*moe_kernels.supported_isas())'"
+    )
+    try:
+        output = subprocess.run(
+            ["docker", "run", "--rm", f"--name={name}", *containers.label_args(),
+             f"--platform={target.platform}", "--network=none", *_mounts(repo, wheel.parent),
+             image, "bash", "-c", script, f"/wheelhouse/{wheel.name}"],
+            check=True, capture_output=True, text=True, timeout=600,
+        ).stdout
+    finally:
+        containers.remove(name)
+    return output.split()
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRecord:
+    """What the summary needs of a run besides its JUnit report (run.json)."""
+
+    target: str
+    runner: str
+    cpu: str
+    isa: str
+    isa_reported: str
+    exit_code: int | None  # None: not run (the CPU lacks the ISA level)
+    wall_seconds: float
+    report_dir: str
+    failure: str = ""  # set when the run could not start (no image, no wheel)
+
+    @classmethod
+    def could_not_run(cls, target: Target, why: str) -> RunRecord:
+        return cls(target.arch, target.runner, "-", "-", "", 1, 0.0, "", why)
+
+
+def run_suite(
+    target: Target,
+    *,
+    test_image: str,
+    wheel: Path,
+    repo: Path,
+    reports: Path,
+    steps: console.StepLog,
+    pytest_args: list[str],
+) -> list[RunRecord]:
+    """Every planned run of the target; records land in reports/<target>/<run>/."""
+    target_reports = reports / target.arch
+    shutil.rmtree(target_reports, ignore_errors=True)
+    records = []
+    if target.runner == "native":
+        supported = query_supported_isas(target, test_image, wheel, repo)
+        print(f"{target.arch}: this CPU supports {', '.join(supported)}", flush=True)
+        for level in target.isa_levels:
+            if level not in supported:
+                records.append(RunRecord(target.arch, target.runner, "host", level, "", None, 0.0, ""))
+        unlisted = [level for level in supported if level not in target.isa_levels]
+        if unlisted:
+            console.note(f"{target.arch}: the library supports {unlisted}, not in the table's isa-levels")
+    else:
+        supported = None
+    for run in planned_runs(target, supported):
+        report_dir = target_reports / run.name
+        report_dir.mkdir(parents=True)
+        name = containers.container_name("test", run.name)
+        command = docker_run_command(
+            run, image=test_image, wheel=wheel, repo=repo, report_dir=report_dir, name=name,
+            pytest_args=["-n", str(os.cpu_count() or 1), *pytest_args],
+        )
+        with steps.step(f"test {run.target.arch} {run.cpu} {run.isa}"):
+            start = time.monotonic()
+            try:
+                exit_code = console.run_streamed(
+                    command, f"test {run.name}", check=False, timeout=RUN_TIMEOUT_SECONDS
+                )
+            finally:
+                containers.remove(name)
+            wall = time.monotonic() - start
+        isa_file = report_dir / "isa.txt"
+        record = RunRecord(
+            target.arch, target.runner, run.cpu, run.isa,
+            isa_file.read_text().strip() if isa_file.exists() else "",
+            exit_code, wall, str(report_dir),
+        )
+        (report_dir / "run.json").write_text(json.dumps(dataclasses.asdict(record), indent=2) + "\n")
+        records.append(record)
+    return records

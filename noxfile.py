@@ -1,0 +1,83 @@
+"""moe-kernels' build and test sessions: a table of contents.
+
+The logic lives in harness/ (unit-tested in tests/harness); the targets, in
+[tool.moe-kernels.targets] of pyproject.toml. `nox -l` lists the sessions.
+Sessions that take `-- --arch <arch>` default to every target in the table.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nox
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from harness import flows, host  # noqa: E402
+
+nox.needs_version = ">=2024.4.15"
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_venv = "yes"
+nox.options.sessions = ["tests"]
+
+CIBUILDWHEEL = "cibuildwheel==4.3.5"
+
+
+def _cibuildwheel(session: nox.Session) -> list[str]:
+    session.install(CIBUILDWHEEL)
+    return [f"{session.bin}/cibuildwheel"]
+
+
+def _or_fail(session: nox.Session, ok: bool) -> None:
+    if not ok:
+        session.error("some runs failed: see the summary above (reports/summary.md)")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Host-side tests: the harness's unit tests (no Docker needed)."""
+    session.install("pytest", "packaging")
+    session.run("pytest", "tests/harness", *session.posargs)
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Build the wheels with cibuildwheel into wheelhouse/ (-- --arch A, --force)."""
+    try:
+        flows.build(session.posargs, _cibuildwheel(session))
+    except host.HostSetupError as error:
+        session.error(str(error))
+
+
+@nox.session(name="test-x86_64", python=False)
+def test_x86_64(session: nox.Session) -> None:
+    """Test the x86_64 wheel in a clean container, once per ISA level the CPU has."""
+    try:
+        _or_fail(session, flows.test("x86_64", session.posargs))
+    except host.HostSetupError as error:
+        session.error(str(error))
+
+
+@nox.session(name="test-arm64", python=False)
+def test_arm64(session: nox.Session) -> None:
+    """Test the aarch64 wheel under QEMU, once per CPU model in the table."""
+    try:
+        _or_fail(session, flows.test("aarch64", session.posargs))
+    except host.HostSetupError as error:
+        session.error(str(error))
+
+
+@nox.session
+def matrix(session: nox.Session) -> None:
+    """Build and test every target (-- --arch A to pick); ends with reports/summary.md."""
+    try:
+        _or_fail(session, flows.matrix(session.posargs, _cibuildwheel(session)))
+    except host.HostSetupError as error:
+        session.error(str(error))
+
+
+@nox.session(default=False, tags=["lint"])
+def shellcheck(session: nox.Session) -> None:
+    """Lint the shell scripts (needs Debian's shellcheck)."""
+    session.run("shellcheck", ".ci/run", *map(str, Path("docker").glob("*.sh")), external=True)

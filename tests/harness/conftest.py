@@ -1,0 +1,52 @@
+"""Shared fixtures for the harness's unit tests (no Docker, no network)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from harness.targets import parse_targets  # noqa: E402
+
+
+def table(**overrides: dict) -> dict:
+    """A pyproject mapping with the two usual targets; overrides replace rows."""
+    rows = {
+        "x86_64": {
+            "platform": "linux/amd64",
+            "suite": "bookworm",
+            "python-versions": ["3.11"],
+            "torch": "torch==2.13.0",
+            "runner": "native",
+            "isa-levels": ["generic", "avx2", "avx512", "avx512_bf16"],
+        },
+        "aarch64": {
+            "platform": "linux/arm64",
+            "suite": "bookworm",
+            "python-versions": ["3.11"],
+            "torch": "torch==2.10.0",
+            "runner": "qemu",
+            "cpu-models": {"cortex-a72": "neon", "neoverse-n1": "dotprod", "max": "i8mm"},
+        },
+    }
+    rows.update(overrides)
+    return {"tool": {"moe-kernels": {"targets": rows}}}
+
+
+@pytest.fixture
+def targets():
+    return parse_targets(table())
+
+
+@pytest.fixture
+def x86(targets):
+    return targets["x86_64"]
+
+
+@pytest.fixture
+def arm(targets):
+    return targets["aarch64"]

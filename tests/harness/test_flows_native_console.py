@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from harness import console, flows, native
+
+
+def test_posargs_split_between_harness_and_pytest():
+    options = flows.parse_posargs(["--arch", "aarch64", "-k", "int8", "--force", "-x"])
+    assert options.arches == ["aarch64"] and options.force
+    assert options.pytest_args == ["-k", "int8", "-x"]
+    assert flows.parse_posargs([]) == flows.Options([], False, [])
+
+
+def test_native_suite_runs_once_per_level_forcing_and_expecting_it():
+    runs = native.suite_runs(["generic", "avx2"], ["-x"])
+    assert runs == [
+        ({"MOE_KERNELS_ISA": "generic", "MOE_KERNELS_EXPECT_ISA": "generic"},
+         ["python", "-m", "pytest", "tests/kernels", "-p", "no:cacheprovider", "-x"]),
+        ({"MOE_KERNELS_ISA": "avx2", "MOE_KERNELS_EXPECT_ISA": "avx2"},
+         ["python", "-m", "pytest", "tests/kernels", "-p", "no:cacheprovider", "-x"]),
+    ]
+
+
+def test_run_kernel_suite_asks_the_library_for_its_levels():
+    class FakeSession:
+        def __init__(self):
+            self.calls = []
+
+        def run(self, *args, **kwargs):
+            self.calls.append((args, kwargs))
+            return "generic avx2\n" if "-c" in args else None
+
+    session = FakeSession()
+    native.run_kernel_suite(session, ["-q"])
+    assert [call[1].get("env", {}).get("MOE_KERNELS_ISA") for call in session.calls[1:]] == ["generic", "avx2"]
+
+
+def test_run_streamed_prefixes_lines_and_returns_the_exit_code(capsys):
+    code = console.run_streamed(
+        [sys.executable, "-c", "print('hello'); raise SystemExit(3)"], "step", check=False
+    )
+    assert code == 3 and "[step 00:00] hello" in capsys.readouterr().out
+    with pytest.raises(console.CommandFailed, match="exited with 3"):
+        console.run_streamed([sys.executable, "-c", "raise SystemExit(3)"], "step")
+
+
+def test_run_streamed_kills_a_silent_hung_process():
+    code = console.run_streamed(
+        [sys.executable, "-c", "import time; time.sleep(60)"], "hang", check=False, timeout=0.5
+    )
+    assert code == 124
+
+
+def test_step_log_times_and_marks_outcomes():
+    steps = console.StepLog()
+    with steps.step("images") as step:
+        step.outcome = "reused"
+    with pytest.raises(RuntimeError), steps.step("build"):
+        raise RuntimeError("boom")
+    assert [(s.name, s.outcome) for s in steps.steps] == [("images", "reused"), ("build", "failed")]
+    assert "| total | |" in steps.table()

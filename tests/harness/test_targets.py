@@ -1,0 +1,73 @@
+from __future__ import annotations
+
+import pytest
+from conftest import REPO, table
+
+from harness.targets import CpuModel, TableError, load_targets, parse_targets, select
+
+
+def test_the_repository_table_loads():
+    targets = load_targets(REPO / "pyproject.toml")
+    assert set(targets) == {"x86_64", "aarch64"}
+    assert targets["aarch64"].runner == "qemu"
+    assert {m.name for m in targets["aarch64"].cpu_models} >= {"cortex-a72", "neoverse-n1", "max"}
+
+
+def test_rows_become_frozen_targets(x86, arm):
+    assert x86.platform == "linux/amd64" and x86.debian_arch == "amd64"
+    assert x86.isa_levels == ("generic", "avx2", "avx512", "avx512_bf16")
+    assert arm.cpu_models == (
+        CpuModel("cortex-a72", "neon"), CpuModel("neoverse-n1", "dotprod"), CpuModel("max", "i8mm")
+    )
+    assert arm.python_tags == ("cp311",) and arm.glibc == (2, 36)
+    with pytest.raises(AttributeError):
+        arm.torch = "torch"  # type: ignore[misc]
+
+
+def _row(arch: str, **changes) -> dict:
+    row = dict(table()["tool"]["moe-kernels"]["targets"][arch])
+    row.update(changes)
+    return {k: v for k, v in row.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    ("arch", "changes", "message"),
+    [
+        ("aarch64", {"cpu-model": {"max": "i8mm"}}, "unknown key 'cpu-model' (did you mean 'cpu-models'?)"),
+        ("aarch64", {"sutie": "bookworm"}, "did you mean 'suite'?"),
+        ("aarch64", {"suite": "bookwrom"}, "unknown suite 'bookwrom' (did you mean 'bookworm'?)"),
+        ("aarch64", {"runner": "qemu-user"}, "did you mean 'qemu'?"),
+        ("aarch64", {"torch": None}, "missing torch"),
+        ("aarch64", {"python-versions": "3.11"}, "python-versions must be a list, not str"),
+        ("aarch64", {"python-versions": ["3.12"]}, "bookworm provides CPython 3.11 only"),
+        ("aarch64", {"platform": "linux/amd64"}, "platform must be 'linux/arm64'"),
+        ("aarch64", {"cpu-models": None}, "a qemu target needs cpu-models"),
+        ("aarch64", {"isa-levels": ["neon"]}, "isa-levels apply to runner = \"native\" only"),
+        ("x86_64", {"cpu-models": {"max": "x"}}, "cpu-models apply to runner = \"qemu\" only"),
+        ("x86_64", {"isa-levels": None}, "a native target needs isa-levels"),
+    ],
+)
+def test_bad_rows_are_rejected_with_a_hint(arch, changes, message):
+    with pytest.raises(TableError) as error:
+        parse_targets(table(**{arch: _row(arch, **changes)}))
+    assert message in str(error.value)
+    assert f"[tool.moe-kernels.targets.{arch}]" in str(error.value)
+
+
+def test_unknown_architecture_is_rejected():
+    with pytest.raises(TableError, match="unknown architecture 'arm64'"):
+        parse_targets(table(arm64=_row("aarch64")))
+
+
+def test_unknown_top_level_key_is_rejected():
+    data = table()
+    data["tool"]["moe-kernels"]["target"] = {}
+    with pytest.raises(TableError, match="did you mean 'targets'"):
+        parse_targets(data)
+
+
+def test_select_defaults_to_all_and_rejects_unknown(targets):
+    assert [t.arch for t in select(targets, [])] == ["x86_64", "aarch64"]
+    assert [t.arch for t in select(targets, ["aarch64"])] == ["aarch64"]
+    with pytest.raises(TableError, match="did you mean 'aarch64'"):
+        select(targets, ["aarch46"])
