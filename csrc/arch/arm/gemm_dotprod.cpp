@@ -1,0 +1,35 @@
+// Armv8.2-A dot product (SDOT): int8 four products per lane per instruction.
+// fp32 and bf16 have nothing new at this level and stay on NEON's kernels.
+#include <arm_neon.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "arch/arm/kernels_arm.h"
+#include "core/kernels.h"
+
+namespace moe_kernels {
+namespace {
+
+struct S8DotOps : S8Io {
+  static Acc mac(Acc acc, Vec a, Vec b) { return vdotq_s32(acc, a, b); }
+};
+
+}  // namespace
+
+// b_sum is unused: SDOT is signed times signed.
+void gemm_s8_dotprod(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
+                     const float* a_scale, const int8_t* b, int64_t ldb, const float* b_scale,
+                     const int32_t* b_sum, float* c, int64_t ldc) {
+  if (k < S8DotOps::kW) {
+    return gemm_s8_neon(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
+  }
+  gemm_dot<S8DotOps, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc, a_scale, b_scale);
+}
+
+const KernelSet& kernels_dotprod() {
+  static const KernelSet kernels{"dotprod", gemm_f32_neon, gemm_bf16_neon, gemm_s8_dotprod};
+  return kernels;
+}
+
+}  // namespace moe_kernels

@@ -1,0 +1,195 @@
+// Armv8.6-A matrix multiply-accumulate: SMMLA (int8) and BFMMLA (bf16) each
+// compute a 2x2 output block from two rows of a and two rows of b, twice the
+// work of a dot-product instruction. Two natural-layout rows zipped by 64-bit
+// halves are exactly the operand each instruction wants, so no packing is
+// needed. fp32 has nothing new at this level and stays on NEON's kernel.
+#include <arm_neon.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "arch/arm/kernels_arm.h"
+#include "core/kernels.h"
+
+namespace moe_kernels {
+namespace {
+
+// MMLA Ops: kW elements per 16 bytes; mmla takes the zipped operands as
+// bytes; to_f32 turns a finished 2x2 accumulator into floats.
+struct MmlaS8 {
+  using T = int8_t;
+  using Acc = int32x4_t;
+  static constexpr int kW = 16;
+  static constexpr bool kScaled = true;
+  static Acc zero() { return vdupq_n_s32(0); }
+  static Acc mmla(Acc acc, uint8x16_t a, uint8x16_t b) {
+    return vmmlaq_s32(acc, vreinterpretq_s8_u8(a), vreinterpretq_s8_u8(b));
+  }
+  static float32x4_t to_f32(Acc acc) { return vcvtq_f32_s32(acc); }
+};
+
+struct MmlaBF16 {
+  using T = uint16_t;
+  using Acc = float32x4_t;
+  static constexpr int kW = 8;
+  static constexpr bool kScaled = false;
+  static Acc zero() { return vdupq_n_f32(0.f); }
+  static Acc mmla(Acc acc, uint8x16_t a, uint8x16_t b) {
+    return vbfmmlaq_f32(acc, vreinterpretq_bf16_u8(a), vreinterpretq_bf16_u8(b));
+  }
+  static float32x4_t to_f32(Acc acc) { return acc; }
+};
+
+// bf16 with one row of a (decode): BFDOT, as the unused half of a BFMMLA
+// would be wasted.
+struct BF16DotOps {
+  using T = uint16_t;
+  using Vec = bfloat16x8_t;
+  using Acc = float32x4_t;
+  static constexpr int kW = 8;
+  static constexpr bool kScaled = false;
+  static Acc zero() { return vdupq_n_f32(0.f); }
+  static Vec load(const uint16_t* p) { return vreinterpretq_bf16_u16(vld1q_u16(p)); }
+  static Vec load_keep(const uint16_t* p, uint8x16_t keep) {
+    return vreinterpretq_bf16_u8(vandq_u8(vld1q_u8(reinterpret_cast<const uint8_t*>(p)), keep));
+  }
+  static Acc mac(Acc acc, Vec a, Vec b) { return vbfdotq_f32(acc, a, b); }
+};
+
+uint8x16_t zip_lo(uint8x16_t x, uint8x16_t y) {
+  return vreinterpretq_u8_u64(vzip1q_u64(vreinterpretq_u64_u8(x), vreinterpretq_u64_u8(y)));
+}
+uint8x16_t zip_hi(uint8x16_t x, uint8x16_t y) {
+  return vreinterpretq_u8_u64(vzip2q_u64(vreinterpretq_u64_u8(x), vreinterpretq_u64_u8(y)));
+}
+
+// Up to two floats of one output row; nv (> 0) of them inside the output.
+void store2(float* c, float32x2_t v, int64_t nv) {
+  if (nv >= 2) {
+    vst1_f32(c, v);
+  } else {
+    c[0] = vget_lane_f32(v, 0);
+  }
+}
+
+// R x C outputs (both even) as R/2 x C/2 blocks of 2x2. Per 16-byte step,
+// rows 2i and 2i+1 of a zip into one operand for the first half of the
+// step and one for the second; the same for b. Rows past mv and columns
+// past nv re-read the last valid row and are not stored. Requires k >= kW.
+template <class Ops, int R, int C>
+MOE_ARM_TILE void mmla_tile(int64_t k, const typename Ops::T* a, int64_t lda,
+                            const typename Ops::T* b, int64_t ldb, int64_t mv, int64_t nv,
+                            float* c, int64_t ldc, const float* a_scale, const float* b_scale) {
+  static_assert(R % 2 == 0 && C % 2 == 0, "2x2 blocks");
+  using T = typename Ops::T;
+  using Acc = typename Ops::Acc;
+  constexpr int RP = R / 2;
+  constexpr int CP = C / 2;
+  constexpr int W = Ops::kW;
+
+  const uint8_t* pa[R];
+  const uint8_t* pb[C];
+  MOE_ARM_UNROLL for (int r = 0; r < R; ++r) {
+    pa[r] = reinterpret_cast<const uint8_t*>(a + min_i64(r, mv - 1) * lda);
+  }
+  MOE_ARM_UNROLL for (int j = 0; j < C; ++j) {
+    pb[j] = reinterpret_cast<const uint8_t*>(b + min_i64(j, nv - 1) * ldb);
+  }
+
+  Acc acc[RP][CP];
+  MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
+    MOE_ARM_UNROLL for (int j = 0; j < CP; ++j) acc[r][j] = Ops::zero();
+  }
+
+  auto step = [&](int64_t offset, auto load) MOE_ARM_ALWAYS_INLINE {
+    uint8x16_t lo[RP], hi[RP];
+    MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
+      const uint8x16_t x = load(pa[2 * r] + offset), y = load(pa[2 * r + 1] + offset);
+      lo[r] = zip_lo(x, y);
+      hi[r] = zip_hi(x, y);
+    }
+    MOE_ARM_UNROLL for (int j = 0; j < CP; ++j) {
+      const uint8x16_t x = load(pb[2 * j] + offset), y = load(pb[2 * j + 1] + offset);
+      const uint8x16_t blo = zip_lo(x, y), bhi = zip_hi(x, y);
+      MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
+        acc[r][j] = Ops::mmla(Ops::mmla(acc[r][j], lo[r], blo), hi[r], bhi);
+      }
+    }
+  };
+  constexpr int64_t kSize = static_cast<int64_t>(sizeof(T));
+  int64_t p = 0;
+  for (; p + W <= k; p += W) {
+    step(p * kSize, [](const uint8_t* q) MOE_ARM_ALWAYS_INLINE { return vld1q_u8(q); });
+  }
+  if (p < k) {
+    const uint8x16_t keep = keep_last((k - p) * kSize);
+    step((k - W) * kSize,
+         [keep](const uint8_t* q) MOE_ARM_ALWAYS_INLINE { return vandq_u8(vld1q_u8(q), keep); });
+  }
+
+  // Block (r, j) holds [a0.b0, a0.b1, a1.b0, a1.b1] for rows 2r, 2r+1 and
+  // columns 2j, 2j+1.
+  float32x4_t out[RP][CP];
+  MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
+    MOE_ARM_UNROLL for (int j = 0; j < CP; ++j) out[r][j] = Ops::to_f32(acc[r][j]);
+  }
+  for (int r = 0; r < RP && 2 * r < mv; ++r) {
+    float* c0 = c + 2 * r * ldc;
+    float32x4_t sa = vdupq_n_f32(1.f);
+    if constexpr (Ops::kScaled) {
+      sa = vcombine_f32(vdup_n_f32(a_scale[2 * r]),
+                        vdup_n_f32(a_scale[min_i64(2 * r + 1, mv - 1)]));
+    }
+    for (int j = 0; j < CP && 2 * j < nv; ++j) {
+      float32x4_t v = out[r][j];
+      if constexpr (Ops::kScaled) {
+        const float sb[2] = {b_scale[2 * j], b_scale[min_i64(2 * j + 1, nv - 1)]};
+        const float32x2_t vb = vld1_f32(sb);
+        v = vmulq_f32(vmulq_f32(v, sa), vcombine_f32(vb, vb));
+      }
+      store2(c0 + 2 * j, vget_low_f32(v), nv - 2 * j);
+      if (2 * r + 1 < mv) store2(c0 + ldc + 2 * j, vget_high_f32(v), nv - 2 * j);
+    }
+  }
+}
+
+// 8 x 8 tiles (16 accumulators), 2 or 4 rows x 16 columns for small strips.
+template <class Ops>
+void gemm_mmla(int64_t m, int64_t n, int64_t k, const typename Ops::T* a, int64_t lda,
+               const typename Ops::T* b, int64_t ldb, float* c, int64_t ldc, const float* a_scale,
+               const float* b_scale) {
+  for_each_tile<8, 2, 8, 16>(
+      m, n, k * static_cast<int64_t>(sizeof(typename Ops::T)),
+      [&](auto rows, auto cols, int64_t i, int64_t j, int64_t mv, int64_t nv) {
+        mmla_tile<Ops, decltype(rows)::value, decltype(cols)::value>(
+            k, a + i * lda, lda, b + j * ldb, ldb, mv, nv, c + i * ldc + j, ldc,
+            a_scale ? a_scale + i : nullptr, b_scale ? b_scale + j : nullptr);
+      });
+}
+
+void gemm_bf16_i8mm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                    const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
+  if (k < MmlaBF16::kW) return gemm_bf16_neon(m, n, k, a, lda, b, ldb, c, ldc);
+  if (m == 1) {
+    return gemm_dot<BF16DotOps, 1, 8, 8>(m, n, k, a, lda, b, ldb, c, ldc, nullptr, nullptr);
+  }
+  gemm_mmla<MmlaBF16>(m, n, k, a, lda, b, ldb, c, ldc, nullptr, nullptr);
+}
+
+// b_sum is unused: SMMLA is signed times signed.
+void gemm_s8_i8mm(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
+                  const float* a_scale, const int8_t* b, int64_t ldb, const float* b_scale,
+                  const int32_t* b_sum, float* c, int64_t ldc) {
+  if (m == 1) return gemm_s8_dotprod(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
+  if (k < MmlaS8::kW) return gemm_s8_neon(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
+  gemm_mmla<MmlaS8>(m, n, k, a, lda, b, ldb, c, ldc, a_scale, b_scale);
+}
+
+}  // namespace
+
+const KernelSet& kernels_i8mm() {
+  static const KernelSet kernels{"i8mm", gemm_f32_neon, gemm_bf16_i8mm, gemm_s8_i8mm};
+  return kernels;
+}
+
+}  // namespace moe_kernels
