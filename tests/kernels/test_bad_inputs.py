@@ -10,9 +10,10 @@ import pytest
 import torch
 
 import moe_kernels
+from moe_kernels import MoeCompMethod
 from moe_kernels.testing import make_moe_problem, schema_args
 
-UNQUANT, INT8, FP8 = 0, 1, 2
+UNQUANT, INT8, FP8 = MoeCompMethod.UNQUANT, MoeCompMethod.INT8_W8A8, MoeCompMethod.FP8_W8A16
 M, K, N, E, TOPK = 3, 32, 16, 4, 2
 Mutation = Callable[[dict[str, Any]], dict[str, Any]]
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import moe_kernels
-from moe_kernels import reference
+from moe_kernels import MoeCompMethod, reference
 from moe_kernels.testing import (
     ACTIVATIONS,
     assert_matches_reference,
@@ -25,7 +25,11 @@ from moe_kernels.testing import (
     make_moe_problem,
 )
 
-METHODS = {"unquant": 0, "int8": 1, "fp8": 2}
+METHODS = {
+    "unquant": MoeCompMethod.UNQUANT,
+    "int8": MoeCompMethod.INT8_W8A8,
+    "fp8": MoeCompMethod.FP8_W8A16,
+}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # (K, N, E, topk). FP8 uses [16, 32] blocks throughout.
 SHAPES = {

@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from moe_kernels import reference
-from moe_kernels.ops import MoeCompMethod
+from moe_kernels import MoeCompMethod, reference
 from moe_kernels.quant import dequantize_fp8_block, quantize_int8_per_token
 from moe_kernels.testing import ACTIVATIONS, assert_matches_reference, make_moe_problem
 
@@ -105,16 +104,16 @@ def test_inplace_overwrites_hidden_states() -> None:
 @pytest.mark.parametrize(
     "method, overrides, names",
     [
-        (0, {"is_vnni": True}, "is_vnni"),
-        (0, {"moe_comp_method": MoeCompMethod.INT4_W4A8}, "moe_comp_method"),
-        (0, {"limit": 1.0}, "limit"),
-        (0, {"w1_zero": torch.zeros(1)}, "w1_zero"),
-        (1, {"w2_scale": None}, "w2_scale"),
-        (2, {"block_size": None}, "block_size"),
+        (MoeCompMethod.UNQUANT, {"is_vnni": True}, "is_vnni"),
+        (MoeCompMethod.UNQUANT, {"moe_comp_method": MoeCompMethod.INT4_W4A8}, "moe_comp_method"),
+        (MoeCompMethod.UNQUANT, {"limit": 1.0}, "limit"),
+        (MoeCompMethod.UNQUANT, {"w1_zero": torch.zeros(1)}, "w1_zero"),
+        (MoeCompMethod.INT8_W8A8, {"w2_scale": None}, "w2_scale"),
+        (MoeCompMethod.FP8_W8A16, {"block_size": None}, "block_size"),
     ],
     ids=["packed", "int4", "limit-without-alpha", "zeros", "int8-no-scale", "fp8-no-block_size"],
 )
-def test_reference_rejects(method: int, overrides: dict[str, Any], names: str) -> None:
+def test_reference_rejects(method: MoeCompMethod, overrides: dict[str, Any], names: str) -> None:
     problem = make_moe_problem(2, 32, 16, 2, 1, torch.float32, method)
     with pytest.raises(ValueError, match=names):
         problem.run(reference.fused_experts, **overrides)
