@@ -228,7 +228,7 @@ def _prepare_context(spec: ImageSpec, context: Path, ca_bundle: Path) -> None:
         make_rootfs_tar(spec.target, context, context / "rootfs.tar", ca_bundle)
     if spec.requirements:
         wheels = context / "wheels"
-        print(f"[{spec.role} {spec.target.arch}] downloading wheels for {', '.join(spec.requirements)}", flush=True)
+        print(f"downloading wheels for {', '.join(spec.requirements)}", flush=True)
         download_closure(spec.requirements, wheels, spec.target)
         (wheels / "requirements.txt").write_text("\n".join(spec.requirements) + "\n")
 
@@ -247,7 +247,7 @@ def ensure_images(target: Target, work_dir: Path, steps: console.StepLog) -> dic
             _prepare_context(spec, context, ca_bundle)
             console.run_streamed(
                 docker_build_command(spec, context),
-                f"{spec.role} {target.arch}",
+                f"image {spec.role} {target.arch}",
                 env={"DOCKER_BUILDKIT": "0"},
             )
             remove_tree(context)
