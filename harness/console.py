@@ -69,6 +69,11 @@ def run_streamed(
             process.kill()
             process.wait()
             returncode = 124
+        except BaseException:  # interrupted: stop the child before its pipe closes
+            process.kill()
+            process.wait()
+            echoer.join()
+            raise
         echoer.join()
     if check and returncode != 0:
         raise CommandFailed(label, argv, returncode)
