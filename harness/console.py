@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -26,6 +27,13 @@ class CommandFailed(RuntimeError):
 def clock(seconds: float) -> str:
     minutes, seconds = divmod(int(seconds), 60)
     return f"{minutes:02d}:{seconds:02d}"
+
+
+def _kill_group(process: subprocess.Popen[str]) -> None:
+    # debootstrap's chroot, cmake's compilers: killing the leader alone leaves them running.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def run_streamed(
@@ -53,6 +61,7 @@ def run_streamed(
         text=True,
         errors="replace",
         bufsize=1,
+        start_new_session=True,  # its own process group, so that all of it can be stopped
     ) as process:
 
         def echo() -> None:
@@ -66,12 +75,10 @@ def run_streamed(
         try:
             returncode = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            _kill_group(process)
             returncode = 124
-        except BaseException:  # interrupted: stop the child before its pipe closes
-            process.kill()
-            process.wait()
+        except BaseException:  # interrupted: stop the children before the pipe closes
+            _kill_group(process)
             echoer.join()
             raise
         echoer.join()
