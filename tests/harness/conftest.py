@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
+from harness.targets import parse_targets
 
-from harness.targets import parse_targets  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 
 def table(**overrides: dict) -> dict:
@@ -35,6 +33,17 @@ def table(**overrides: dict) -> dict:
     }
     rows.update(overrides)
     return {"tool": {"moe-kernels": {"targets": rows}}}
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture
+def make_table():
+    """table(**rows): a pyproject mapping; rows given replace the usual ones."""
+    return table
 
 
 @pytest.fixture

@@ -1,13 +1,11 @@
 from __future__ import annotations
 
 import pytest
-from conftest import REPO, table
-
 from harness.targets import CpuModel, TableError, load_targets, parse_targets, select
 
 
-def test_the_repository_table_loads():
-    targets = load_targets(REPO / "pyproject.toml")
+def test_the_repository_table_loads(repo_root):
+    targets = load_targets(repo_root / "pyproject.toml")
     assert set(targets) == {"x86_64", "aarch64"}
     assert targets["aarch64"].runner == "qemu"
     assert {m.isa for m in targets["aarch64"].cpu_models} >= {"neon", "dotprod", "i8mm"}
@@ -24,7 +22,7 @@ def test_rows_become_frozen_targets(x86, arm):
         arm.torch = "torch"  # type: ignore[misc]
 
 
-def _row(arch: str, **changes) -> dict:
+def _row(table, arch: str, **changes) -> dict:
     row = dict(table()["tool"]["moe-kernels"]["targets"][arch])
     row.update(changes)
     return {k: v for k, v in row.items() if v is not None}
@@ -47,20 +45,20 @@ def _row(arch: str, **changes) -> dict:
         ("x86_64", {"isa-levels": None}, "a native target needs isa-levels"),
     ],
 )
-def test_bad_rows_are_rejected_with_a_hint(arch, changes, message):
+def test_bad_rows_are_rejected_with_a_hint(make_table, arch, changes, message):
     with pytest.raises(TableError) as error:
-        parse_targets(table(**{arch: _row(arch, **changes)}))
+        parse_targets(make_table(**{arch: _row(make_table, arch, **changes)}))
     assert message in str(error.value)
     assert f"[tool.moe-kernels.targets.{arch}]" in str(error.value)
 
 
-def test_unknown_architecture_is_rejected():
+def test_unknown_architecture_is_rejected(make_table):
     with pytest.raises(TableError, match="unknown architecture 'arm64'"):
-        parse_targets(table(arm64=_row("aarch64")))
+        parse_targets(make_table(arm64=_row(make_table, "aarch64")))
 
 
-def test_unknown_top_level_key_is_rejected():
-    data = table()
+def test_unknown_top_level_key_is_rejected(make_table):
+    data = make_table()
     data["tool"]["moe-kernels"]["target"] = {}
     with pytest.raises(TableError, match="did you mean 'targets'"):
         parse_targets(data)
