@@ -15,10 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+import tomllib
 from pathlib import Path
+from typing import Any
 
 from harness import console, containers
 from harness.images import ImageSpec
@@ -83,6 +86,47 @@ def find_wheel(wheelhouse: Path, arch: str) -> Path:
     return wheels[0]
 
 
+def platform_tag(wheel_name: str) -> str:
+    """The platform tag(s) of a wheel file name: manylinux_2_34_x86_64, or dotted several."""
+    return wheel_name.removesuffix(".whl").split("-")[-1]
+
+
+def repair_excludes(pyproject: dict[str, Any]) -> set[str]:
+    """The libraries the repair command leaves out of the wheel (libtorch's)."""
+    command = pyproject["tool"]["cibuildwheel"]["repair-wheel-command"]
+    return set(re.findall(r"--exclude\s+(\S+)", command))
+
+
+def audit_problems(show: dict[str, Any], wheel_name: str, excluded: set[str]) -> list[str]:
+    """What `auditwheel show --json` finds wrong with a repaired wheel.
+
+    Its overall tag stays linux_*, since libtorch (excluded on purpose) is not in
+    the wheel; the tag from versioned symbols must be the wheel's, and libtorch
+    must be all that is outside it.
+    """
+    problems = []
+    if show["sym_tag"] not in platform_tag(wheel_name).split("."):
+        problems.append(f"tagged {platform_tag(wheel_name)}, but its symbols need {show['sym_tag']}")
+    outside = set(show["external_libs"]) - excluded
+    if outside:
+        problems.append(f"needs libraries it does not carry: {', '.join(sorted(outside))}")
+    return problems
+
+
+def check_tag(wheel: Path, target: Target, build_image: str, excluded: set[str]) -> None:
+    """auditwheel show, in the build image, must agree with the wheel's tag."""
+    shown = subprocess.run(
+        ["docker", "run", "--rm", *containers.label_args(), f"--platform={target.platform}",
+         "--network=none", f"--volume={wheel.parent}:/wheelhouse:ro", build_image,
+         "auditwheel", "show", "--json", f"/wheelhouse/{wheel.name}"],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    problems = audit_problems(json.loads(shown), wheel.name, excluded)
+    if problems:
+        raise RuntimeError(f"auditwheel show: {wheel.name} " + "; ".join(problems))
+    print(f"auditwheel show agrees: {platform_tag(wheel.name)}", flush=True)
+
+
 def publish(built: Path, wheelhouse: Path, arch: str) -> Path:
     """Move the new wheel into wheelhouse/ atomically and drop older ones of the arch."""
     final = wheelhouse / built.name
@@ -113,6 +157,7 @@ def build_wheel(
     force: bool = False,
 ) -> Path:
     build_image = images["build"].tag
+    pyproject = tomllib.loads((repo / "pyproject.toml").read_text())
     files = source_files(repo)
     inputs = inputs_hash(repo, files, build_image, " ".join(cibuildwheel))
     stamp = stamps / f"{target.arch}.json"
@@ -141,6 +186,7 @@ def build_wheel(
                     f"cibuildwheel made {[p.name for p in built]}, expected one "
                     f"{PROJECT}-*-py3-none-manylinux_*_{target.arch}.whl"
                 )
+            check_tag(built[0], target, build_image, repair_excludes(pyproject))
             wheel = publish(built[0], wheelhouse, target.arch)
         finally:
             shutil.rmtree(partial, ignore_errors=True)

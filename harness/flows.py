@@ -104,5 +104,6 @@ def matrix(posargs: Sequence[str], cibuildwheel: list[str]) -> bool:
                 records += _test(target, wheel, options.pytest_args, steps)
             except Exception as error:  # reported in the summary, then the next target
                 traceback.print_exc()
-                records.append(suite.RunRecord.could_not_run(target, f"{type(error).__name__}: {error}"))
+                why = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+                records.append(suite.RunRecord.could_not_run(target, why[:200]))
     return write_summary(records, steps, REPORTS)

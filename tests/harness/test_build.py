@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -16,16 +17,20 @@ def repo(tmp_path):
     (root / "csrc").mkdir(parents=True)
     (root / "csrc" / "ops.cpp").write_text("int x;\n")
     (root / ".gitignore").write_text("/build/\n/wheelhouse/\n")
+    (root / "pyproject.toml").write_text(
+        '[tool.cibuildwheel]\nrepair-wheel-command = "auditwheel repair --exclude libtorch.so '
+        '--exclude libc10.so -w {dest_dir} {wheel}"\n'
+    )
     (root / "build").mkdir()
     (root / "build" / "CMakeCache.txt").write_text("host paths\n")
     subprocess.run(["git", "init", "-q", str(root)], check=True)
-    subprocess.run(["git", "-C", str(root), "add", "csrc"], check=True)
+    subprocess.run(["git", "-C", str(root), "add", "csrc", "pyproject.toml"], check=True)
     (root / "untracked.txt").write_text("new file\n")
     return root
 
 
 def test_source_files_are_what_git_tracks_or_would(repo):
-    assert build.source_files(repo) == [".gitignore", "csrc/ops.cpp", "untracked.txt"]
+    assert build.source_files(repo) == [".gitignore", "csrc/ops.cpp", "pyproject.toml", "untracked.txt"]
 
 
 def test_inputs_hash_follows_content_and_image(repo):
@@ -117,6 +122,8 @@ def test_a_failed_build_leaves_no_wheel_and_a_good_one_is_reused(repo, tmp_path,
         return 0
 
     monkeypatch.setattr(console, "run_streamed", fake_cibuildwheel)
+    audited = []
+    monkeypatch.setattr(build, "check_tag", lambda wheel, *args: audited.append((wheel.name, args[2])))
     kwargs = dict(repo=repo, wheelhouse=wheelhouse, stamps=stamps, cibuildwheel=["cibuildwheel"],
                   steps=console.StepLog())
     with pytest.raises(console.CommandFailed):
@@ -126,5 +133,37 @@ def test_a_failed_build_leaves_no_wheel_and_a_good_one_is_reused(repo, tmp_path,
     assert wheel.parent == wheelhouse and json.loads((stamps / "aarch64.json").read_text())["wheel"] == wheel.name
     assert build.build_wheel(arm, images, **kwargs) == wheel
     assert len(runs) == 2 and kwargs["steps"].steps[-1].outcome == "reused"
+    assert audited[-1] == (wheel.name, {"libtorch.so", "libc10.so"})
     build.build_wheel(arm, images, **kwargs, force=True)
     assert len(runs) == 3
+
+
+SHOW = {
+    "sym_tag": "manylinux_2_34_x86_64",
+    "overall_tag": "linux_x86_64",
+    "external_libs": {"libc10.so": None, "libtorch_cpu.so": None},
+}
+EXCLUDED = {"libtorch.so", "libtorch_cpu.so", "libc10.so"}
+
+
+def test_auditwheel_show_agrees_when_only_libtorch_is_outside():
+    assert build.audit_problems(SHOW, "moe_kernels-0.1.0-py3-none-manylinux_2_34_x86_64.whl", EXCLUDED) == []
+    assert build.platform_tag("m-0.1-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl") == (
+        "manylinux_2_17_x86_64.manylinux2014_x86_64"
+    )
+
+
+def test_auditwheel_show_disagreements_are_named():
+    problems = build.audit_problems(
+        {**SHOW, "external_libs": {"libgomp.so.1": None, "libc10.so": None}},
+        "moe_kernels-0.1.0-py3-none-manylinux_2_28_x86_64.whl", EXCLUDED,
+    )
+    assert problems == [
+        "tagged manylinux_2_28_x86_64, but its symbols need manylinux_2_34_x86_64",
+        "needs libraries it does not carry: libgomp.so.1",
+    ]
+
+
+def test_repair_excludes_come_from_the_cibuildwheel_table(repo_root):
+    pyproject = tomllib.loads((repo_root / "pyproject.toml").read_text())
+    assert build.repair_excludes(pyproject) >= {"libtorch.so", "libtorch_cpu.so", "libc10.so"}
