@@ -8,13 +8,15 @@ Sessions that take `-- --arch <arch>` default to every target in the table.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import flows, host  # noqa: E402
+from harness import flows  # noqa: E402
+from harness.errors import HarnessError  # noqa: E402
 
 nox.needs_version = ">=2024.4.15"
 nox.options.default_venv_backend = "venv"
@@ -29,8 +31,13 @@ def _cibuildwheel(session: nox.Session) -> list[str]:
     return [f"{session.bin}/cibuildwheel"]
 
 
-def _or_fail(session: nox.Session, ok: bool) -> None:
-    if not ok:
+def _run(session: nox.Session, flow: Callable[..., bool | None], *args: object) -> None:
+    """Run a harness flow; a user-fixable problem shows as its message alone."""
+    try:
+        ok = flow(*args)
+    except HarnessError as error:
+        session.error(str(error))
+    if ok is False:
         session.error("some runs failed: see the summary above (reports/summary.md)")
 
 
@@ -44,37 +51,25 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def build(session: nox.Session) -> None:
     """Build the wheels with cibuildwheel into wheelhouse/ (-- --arch A, --force)."""
-    try:
-        flows.build(session.posargs, _cibuildwheel(session))
-    except host.HostSetupError as error:
-        session.error(str(error))
+    _run(session, flows.build, session.posargs, _cibuildwheel(session))
 
 
 @nox.session(name="test-x86_64", python=False)
 def test_x86_64(session: nox.Session) -> None:
     """Test the x86_64 wheel in a clean container, once per ISA level the CPU has."""
-    try:
-        _or_fail(session, flows.test("x86_64", session.posargs))
-    except host.HostSetupError as error:
-        session.error(str(error))
+    _run(session, flows.test, "x86_64", session.posargs)
 
 
 @nox.session(name="test-arm64", python=False)
 def test_arm64(session: nox.Session) -> None:
     """Test the aarch64 wheel under QEMU, once per CPU model in the table."""
-    try:
-        _or_fail(session, flows.test("aarch64", session.posargs))
-    except host.HostSetupError as error:
-        session.error(str(error))
+    _run(session, flows.test, "aarch64", session.posargs)
 
 
 @nox.session
 def matrix(session: nox.Session) -> None:
     """Build and test every target (-- --arch A to pick); ends with reports/summary.md."""
-    try:
-        _or_fail(session, flows.matrix(session.posargs, _cibuildwheel(session)))
-    except host.HostSetupError as error:
-        session.error(str(error))
+    _run(session, flows.matrix, session.posargs, _cibuildwheel(session))
 
 
 @nox.session(default=False, tags=["lint"])

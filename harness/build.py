@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import console, containers
+from harness.errors import HarnessError
 from harness.images import ImageSpec
 from harness.targets import Target
 
@@ -79,7 +80,7 @@ def find_wheel(wheelhouse: Path, arch: str) -> Path:
     wheels = sorted(p for p in wheelhouse.glob("*.whl") if wheel_matches(p.name, arch))
     if len(wheels) != 1:
         found = ", ".join(p.name for p in wheels) or "none"
-        raise FileNotFoundError(
+        raise HarnessError(
             f"expected one {arch} wheel of {PROJECT} in {wheelhouse} (found: {found}); "
             f"build it with: nox -s build -- --arch {arch}"
         )
@@ -163,7 +164,7 @@ def build_wheel(
     stamp = stamps / f"{target.arch}.json"
     wheelhouse.mkdir(parents=True, exist_ok=True)
     remove_partial_outputs(wheelhouse)
-    with steps.step(f"build {target.arch}") as step:
+    with steps.step(f"build {target.arch}") as step, console.exclusive(stamps / f"{target.arch}.lock"):
         if not force and stamp.exists():
             recorded = json.loads(stamp.read_text())
             if recorded["inputs"] == inputs and (wheelhouse / recorded["wheel"]).exists():

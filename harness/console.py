@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 
 
 class CommandFailed(RuntimeError):
@@ -122,6 +124,20 @@ class StepLog:
         total = sum(s.seconds for s in self.steps)
         lines.append(f"| total | | {clock(total)} |")
         return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on lock_path: two runs never build the same thing at
+    once, and a killed run's lock goes with its process."""
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            note(f"waiting for another run to finish with {lock_path.name}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def note(message: str) -> None:

@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.errors import HarnessError
+
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
 DOCKERD_LOG = Path(tempfile.gettempdir()) / "moe-kernels-dockerd.log"
 DOCKERD_PIDFILE = Path("/var/run/docker.pid")
@@ -41,7 +43,7 @@ PACKAGES = {
 }
 
 
-class HostSetupError(RuntimeError):
+class HostSetupError(HarnessError):
     """The host lacks something the harness cannot provide; the message says what to run."""
 
 

@@ -218,8 +218,7 @@ def make_rootfs_tar(target: Target, work: Path, tar_path: Path, ca_bundle: Path)
 
 
 def _prepare_context(spec: ImageSpec, context: Path, ca_bundle: Path) -> None:
-    if context.exists():
-        remove_tree(context)
+    remove_tree(context)
     context.mkdir(parents=True)
     shutil.copyfile(DOCKER_DIR / spec.files[0], context / "Dockerfile")
     for name in spec.files[1:]:
@@ -238,12 +237,15 @@ def ensure_images(target: Target, work_dir: Path, steps: console.StepLog) -> dic
     ca_bundle = host.ca_bundle()
     specs = image_specs(target, DOCKER_DIR, ca_bundle)
     for spec in specs.values():
-        with steps.step(f"image {spec.role} {target.arch}") as step:
+        context = work_dir / f"{target.arch}-{spec.role}"
+        with (
+            steps.step(f"image {spec.role} {target.arch}") as step,
+            console.exclusive(work_dir / f"{target.arch}-{spec.role}.lock"),
+        ):
             if image_exists(spec.tag):
                 step.outcome = "reused"
                 print(f"{spec.tag}: up to date", flush=True)
                 continue
-            context = work_dir / f"{target.arch}-{spec.role}"
             _prepare_context(spec, context, ca_bundle)
             console.run_streamed(
                 docker_build_command(spec, context),

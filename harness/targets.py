@@ -14,8 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.errors import HarnessError
 
-class TableError(ValueError):
+
+class TableError(HarnessError):
     """The target table is malformed; the message says where and how."""
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness import build, console
+from harness.errors import HarnessError
 
 
 @pytest.fixture
@@ -75,7 +76,7 @@ def test_wheel_matches(name, arch, matches):
 
 
 def test_find_wheel_wants_exactly_one(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nox -s build -- --arch aarch64"):
+    with pytest.raises(HarnessError, match="nox -s build -- --arch aarch64"):
         build.find_wheel(tmp_path, "aarch64")
     wheel = tmp_path / "moe_kernels-0.1.0-py3-none-manylinux_2_28_aarch64.whl"
     wheel.write_bytes(b"")

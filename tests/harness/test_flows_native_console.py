@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -62,3 +63,15 @@ def test_step_log_times_and_marks_outcomes():
         raise RuntimeError("boom")
     assert [(s.name, s.outcome) for s in steps.steps] == [("images", "reused"), ("build", "failed")]
     assert "| total | |" in steps.table()
+
+
+def test_exclusive_keeps_a_second_process_out(tmp_path):
+    lock = tmp_path / "image.lock"
+    probe = (
+        "import fcntl, sys\n"
+        f"f = open({str(lock)!r}, 'w')\n"
+        "try:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\nexcept BlockingIOError:\n    sys.exit(1)\n"
+    )
+    with console.exclusive(lock):
+        assert subprocess.run([sys.executable, "-c", probe]).returncode == 1
+    assert subprocess.run([sys.executable, "-c", probe]).returncode == 0
