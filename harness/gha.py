@@ -1,0 +1,59 @@
+"""The GitHub Actions matrix, generated from the target table.
+
+`nox -s gha-matrix` prints it as JSON; the workflows read it with fromJSON, so
+adding a target to [tool.moe-kernels.targets] adds its CI jobs. Every target
+builds and tests on a runner of its own architecture ("native"); a target whose
+table runner is qemu also gets an "emulated" job on an x86_64 runner, which is
+the path this harness takes on a developer's machine (CPU models via QEMU_CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness.targets import Target, load_targets
+
+REPO = Path(__file__).resolve().parent.parent
+WORKFLOWS = REPO / ".github" / "workflows"
+
+# GitHub's hosted runner images per architecture.
+RUNNERS = {"x86_64": "ubuntu-24.04", "aarch64": "ubuntu-24.04-arm"}
+EMULATING_RUNNER = RUNNERS["x86_64"]
+# The test session of each architecture (noxfile.py).
+TEST_SESSIONS = {"x86_64": "test-x86_64", "aarch64": "test-arm64"}
+
+
+def matrix(targets: Mapping[str, Target]) -> dict[str, Any]:
+    native = [
+        {"arch": arch, "os": RUNNERS[arch], "test-session": TEST_SESSIONS[arch], "mode": "native"}
+        for arch in targets
+    ]
+    emulated = [
+        {"arch": arch, "os": EMULATING_RUNNER, "test-session": TEST_SESSIONS[arch], "mode": "qemu",
+         "cpu-models": " ".join(model.name for model in target.cpu_models)}
+        for arch, target in targets.items()
+        if target.runner == "qemu"
+    ]
+    return {"native": {"include": native}, "emulated": {"include": emulated}}
+
+
+def matrix_json(pyproject: Path = REPO / "pyproject.toml") -> str:
+    return json.dumps(matrix(load_targets(pyproject)), separators=(",", ":"))
+
+
+NOX_CALL = re.compile(r"\bnox\b((?:\s+-[-\w]+(?:[ =][^\s-][^\s]*)?)*?)\s+(?:-s|--session|--sessions)\s+([^\n]+)")
+
+
+def nox_sessions_called(text: str) -> set[str]:
+    """Session names after every `nox ... -s` in a workflow (up to `--` or a shell operator)."""
+    names: set[str] = set()
+    for match in NOX_CALL.finditer(text):
+        for word in match.group(2).split():
+            if word in ("--", "&&", "||", ";", "|") or word.startswith("-"):
+                break
+            names.add(word.strip("'\""))
+    return names
