@@ -491,8 +491,8 @@ def _table(artifacts: Iterable[Artifact], manifest: Mapping[str, Any], actions: 
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str], twine: Sequence[str], python: str = sys.executable,
-         env: Mapping[str, str] = os.environ) -> None:
+def main(argv: Sequence[str], twine: Sequence[str] = (sys.executable, "-m", "twine"),
+         python: str = sys.executable, env: Mapping[str, str] = os.environ) -> None:
     args = parse_args(argv)
     targets = load_targets(args.pyproject)
     build_sdist(python, args.wheelhouse)
@@ -520,3 +520,11 @@ def main(argv: Sequence[str], twine: Sequence[str], python: str = sys.executable
         upload(twine, dest, plan, artifacts)
     print(f"published: every file of {DISTRIBUTION} {artifacts[0].version} is on the index "
           f"({len(plan.upload)} uploaded, {len(plan.present)} already there)", flush=True)
+
+
+if __name__ == "__main__":  # python -m harness.publish [--dry-run]: what the session runs
+    try:
+        main(sys.argv[1:])
+    except PublishError as error:
+        print(f"publish: {error}", file=sys.stderr, flush=True)
+        sys.exit(1)
