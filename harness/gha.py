@@ -45,15 +45,19 @@ def matrix_json(pyproject: Path = REPO / "pyproject.toml") -> str:
     return json.dumps(matrix(load_targets(pyproject)), separators=(",", ":"))
 
 
-NOX_CALL = re.compile(r"\bnox\b((?:\s+-[-\w]+(?:[ =][^\s-][^\s]*)?)*?)\s+(?:-s|--session|--sessions)\s+([^\n]+)")
+NOX_CALL = re.compile(r"""\bnox["')]*\s+(?:-[^s\s]\S*\s+)*(?:-s|--sessions?)\s+(.*)""")
 
 
 def nox_sessions_called(text: str) -> set[str]:
-    """Session names after every `nox ... -s` in a workflow (up to `--` or a shell operator)."""
+    """Session names after every `nox ... -s` in a workflow's commands (comments ignored)."""
     names: set[str] = set()
-    for match in NOX_CALL.finditer(text):
-        for word in match.group(2).split():
-            if word in ("--", "&&", "||", ";", "|") or word.startswith("-"):
-                break
-            names.add(word.strip("'\""))
+    for line in text.splitlines():
+        code = line.split(" #", 1)[0]
+        if code.lstrip().startswith("#"):
+            continue
+        for match in NOX_CALL.finditer(code):
+            for word in match.group(1).split():
+                if word in ("--", "&&", "||", ";", "|", ">>", ">") or word.startswith("-"):
+                    break
+                names.add(word.strip("'\"`)"))
     return names

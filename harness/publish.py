@@ -1,7 +1,7 @@
 """Publishing: from tested wheels to an index, all or nothing.
 
 `nox -s publish` uploads one wheel per target of the table and the sdist, and
-only files that the test sessions recorded as passing (reports/manifest.json,
+only files that the test sessions recorded as passing (reports/manifest-<arch>.json,
 keyed by each wheel's sha256). The destination comes from the environment alone
 (TWINE_REPOSITORY_URL, or TWINE_REPOSITORY naming a .pypirc section); there is
 no default. Credentials are twine's business (TWINE_USERNAME/TWINE_PASSWORD or a
@@ -46,12 +46,11 @@ from harness.targets import Target, load_targets
 REPO = Path(__file__).resolve().parent.parent
 WHEELHOUSE = REPO / "wheelhouse"
 REPORTS = REPO / "reports"
-MANIFEST_NAME = "manifest.json"
 DISTRIBUTION = "moe-kernels"
 # What the publish session installs: twine to check and upload, build for the sdist.
 REQUIREMENTS = ("twine>=6.1", "build>=1.2", "packaging>=24", "scikit-build-core>=1.1", "setuptools-scm>=8")
 # What the publish tests add: a real index with htpasswd authentication.
-TEST_REQUIREMENTS = ("pytest", "pypiserver>=2.3", "passlib>=1.7")
+TEST_REQUIREMENTS = ("pytest", "pypiserver>=2.3", "passlib>=1.7", "cmake", "ninja")
 
 NO_DESTINATION = (
     "No destination index: nox -s publish never picks one by itself. Set either\n"
@@ -87,10 +86,12 @@ def _write_json_atomically(path: Path, data: object) -> None:
 
 
 def load_manifest(reports: Path = REPORTS) -> dict[str, Any]:
-    path = reports / MANIFEST_NAME
-    if not path.exists():
-        return {"wheels": {}}
-    return json.loads(path.read_text())
+    """Every test record in reports/: one manifest file per architecture, so that
+    CI jobs of different architectures can hand theirs over side by side."""
+    merged: dict[str, Any] = {"wheels": {}}
+    for path in sorted(reports.glob("manifest*.json")):
+        merged["wheels"].update(json.loads(path.read_text()).get("wheels", {}))
+    return merged
 
 
 def record_tested(target: Target, wheel: Path, records: Sequence[RunRecord], reports: Path = REPORTS) -> Path:
@@ -109,11 +110,11 @@ def record_tested(target: Target, wheel: Path, records: Sequence[RunRecord], rep
              "passed": row.counts.passed, "failed": row.counts.failures,
              "skipped": row.counts.skipped, "result": row.result}
         )
-    manifest = load_manifest(reports)
-    manifest.setdefault("wheels", {})[sha256(wheel)] = {
+    path = reports / f"manifest-{target.arch}.json"
+    manifest = json.loads(path.read_text()) if path.exists() else {"wheels": {}}
+    manifest["wheels"][sha256(wheel)] = {
         "file": wheel.name, "arch": target.arch, "torch": target.torch, "runs": runs,
     }
-    path = reports / MANIFEST_NAME
     _write_json_atomically(path, manifest)
     return path
 
@@ -476,6 +477,8 @@ def torch_for_sdist(pyproject: Path = REPO / "pyproject.toml") -> str:
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="nox -s publish --")
     parser.add_argument("--dry-run", action="store_true", help="show what would go where; upload nothing")
+    parser.add_argument("--check-only", action="store_true",
+                        help="only check the files (tested, twine check); no destination needed")
     parser.add_argument("--wheelhouse", type=Path, default=WHEELHOUSE)
     parser.add_argument("--reports", type=Path, default=REPORTS)
     parser.add_argument("--pyproject", type=Path, default=REPO / "pyproject.toml")
@@ -502,6 +505,9 @@ def main(argv: Sequence[str], twine: Sequence[str] = (sys.executable, "-m", "twi
     if problems := sdist_problems(sdist.path):
         raise PublishError("Refusing to publish: " + "; ".join(problems))
     twine_check(twine, artifacts)
+    if args.check_only:
+        print("ready to publish:\n" + _table(artifacts, manifest, {}), flush=True)
+        return
     try:
         dest = destination(env)
     except PublishError:

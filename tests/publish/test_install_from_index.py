@@ -58,9 +58,8 @@ def tested_release(tmp_path_factory: pytest.TempPathFactory) -> Release:
         digest = publish.sha256(built)
         if digest in manifest.get("wheels", {}):
             reports.mkdir(exist_ok=True)
-            merged = publish.load_manifest(reports)
-            merged["wheels"][digest] = manifest["wheels"][digest]
-            (reports / "manifest.json").write_text(json.dumps(merged))
+            entry = {"wheels": {digest: manifest["wheels"][digest]}}
+            (reports / f"manifest-{arch}.json").write_text(json.dumps(entry))
         else:  # the records the last test session of the arch left (it tests wheelhouse/'s wheel)
             publish.record_tested(target, built, _records(arch), reports)
     # the sdist of the same version as the wheels (whatever the tree's git state)
