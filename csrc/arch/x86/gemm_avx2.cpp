@@ -1,0 +1,219 @@
+// AVX2 + FMA kernels: 8-lane fp32 / int32 accumulators along K in register
+// tiles sized for 16 ymm registers (3x4 f32, 2x4 bf16 and int8; 1x8 for
+// m = 1), K tails through a zero-padded copy. The loop nest around the tiles
+// is kernels_x86.h's.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "arch/x86/kernels_x86.h"
+#include "core/kernels.h"
+
+namespace moe_kernels {
+namespace {
+
+MOE_X86_INLINE __m128 hsum4_ps(const __m256 (&v)[4]) {
+  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+MOE_X86_INLINE __m256 hsum8_ps(const __m256 (&v)[8]) {
+  const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+  const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+MOE_X86_INLINE __m256i si(__v8si v) { return reinterpret_cast<__m256i>(v); }
+
+MOE_X86_INLINE __m128i hsum4_epi32(const __v8si (&v)[4]) {
+  const __m256i t0 = _mm256_hadd_epi32(si(v[0]), si(v[1]));
+  const __m256i t = _mm256_hadd_epi32(t0, _mm256_hadd_epi32(si(v[2]), si(v[3])));
+  return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+
+MOE_X86_INLINE __m256i hsum8_epi32(const __v8si (&v)[8]) {
+  const __m256i t0 = _mm256_hadd_epi32(si(v[0]), si(v[1]));
+  const __m256i t1 = _mm256_hadd_epi32(si(v[4]), si(v[5]));
+  const __m256i u0 = _mm256_hadd_epi32(t0, _mm256_hadd_epi32(si(v[2]), si(v[3])));
+  const __m256i u1 = _mm256_hadd_epi32(t1, _mm256_hadd_epi32(si(v[6]), si(v[7])));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                          _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+// Edges go through memcpy rather than vmaskmov, whose masked-off lanes are
+// fine on hardware but not under every emulator, and whose stores are slow on
+// AMD before Zen 4.
+// The rem < W values at p, zero-padded to W.
+template <class T, int W>
+struct Padded {
+  alignas(32) T v[W];
+  Padded(const T* p, int rem) {
+    std::memset(v, 0, sizeof(v));
+    std::memcpy(v, p, rem * sizeof(T));
+  }
+};
+
+template <int NR>
+MOE_X86_INLINE void store_sums(const __m256 (&acc)[NR], float* c, int nb, bool add) {
+  static_assert(NR == 4 || NR == 8, "tiles are 4 or 8 rows of b wide");
+  if constexpr (NR == 4) {
+    __m128 v = hsum4_ps(acc);
+    if (nb == NR) {
+      if (add) v = _mm_add_ps(v, _mm_loadu_ps(c));
+      _mm_storeu_ps(c, v);
+      return;
+    }
+    if (add) v = _mm_add_ps(v, _mm_load_ps(Padded<float, NR>(c, nb).v));
+    alignas(32) float t[NR];
+    _mm_store_ps(t, v);
+    std::memcpy(c, t, nb * sizeof(float));
+  } else {
+    __m256 v = hsum8_ps(acc);
+    if (nb == NR) {
+      if (add) v = _mm256_add_ps(v, _mm256_loadu_ps(c));
+      _mm256_storeu_ps(c, v);
+      return;
+    }
+    if (add) v = _mm256_add_ps(v, _mm256_load_ps(Padded<float, NR>(c, nb).v));
+    alignas(32) float t[NR];
+    _mm256_store_ps(t, v);
+    std::memcpy(c, t, nb * sizeof(float));
+  }
+}
+
+struct F32 {
+  using T = float;
+  using A = __m256;
+  using B = __m256;
+  using Acc = __m256;
+  static constexpr int kStep = 8;
+  static MOE_X86_INLINE Acc zero() { return _mm256_setzero_ps(); }
+  static MOE_X86_INLINE A load_a(const T* p) { return _mm256_loadu_ps(p); }
+  static MOE_X86_INLINE A load_a_tail(const T* p, int rem) {
+    return _mm256_load_ps(Padded<T, kStep>(p, rem).v);
+  }
+  static MOE_X86_INLINE B load_b(const T* p) { return load_a(p); }
+  static MOE_X86_INLINE B load_b_tail(const T* p, int rem) { return load_a_tail(p, rem); }
+  static MOE_X86_INLINE void madd(Acc& acc, A a, B b) { acc = _mm256_fmadd_ps(a, b, acc); }
+  template <int NR>
+  static MOE_X86_INLINE void store(const Acc (&acc)[NR], float* c, int nb, bool add) {
+    store_sums<NR>(acc, c, nb, add);
+  }
+};
+
+// bf16 widened to fp32 in registers: the even values of a 16-value load by a
+// shift, the odd ones by clearing their low half (a and b are split alike).
+struct BF16 {
+  using T = uint16_t;
+  struct A {
+    __m256 even, odd;
+  };
+  using B = A;
+  using Acc = __m256;
+  static constexpr int kStep = 16;
+  static MOE_X86_INLINE A split(__m256i x) {
+    return {_mm256_castsi256_ps(_mm256_slli_epi32(x, 16)),
+            _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(static_cast<int>(0xffff0000u))))};
+  }
+  static MOE_X86_INLINE Acc zero() { return _mm256_setzero_ps(); }
+  static MOE_X86_INLINE A load_a(const T* p) {
+    return split(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static MOE_X86_INLINE A load_a_tail(const T* p, int rem) { return load_a(Padded<T, kStep>(p, rem).v); }
+  static MOE_X86_INLINE B load_b(const T* p) { return load_a(p); }
+  static MOE_X86_INLINE B load_b_tail(const T* p, int rem) { return load_a_tail(p, rem); }
+  static MOE_X86_INLINE void madd(Acc& acc, A a, B b) {
+    acc = _mm256_fmadd_ps(a.even, b.even, acc);
+    acc = _mm256_fmadd_ps(a.odd, b.odd, acc);
+  }
+  template <int NR>
+  static MOE_X86_INLINE void store(const Acc (&acc)[NR], float* c, int nb, bool add) {
+    store_sums<NR>(acc, c, nb, add);
+  }
+};
+
+// int8 sign-extended to int16 and multiplied in pairs into int32: exact
+// (vpmaddubsw would saturate).
+struct S8 {
+  using T = int8_t;
+  using A = __m256i;
+  using B = __m256i;
+  // Not __m256i (64-bit lanes), which costs GCC 12 register copies.
+  using Acc = __v8si;
+  static constexpr int kStep = 16;
+  static MOE_X86_INLINE Acc zero() { return Acc{}; }
+  static MOE_X86_INLINE A load_a(const T* p) {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static MOE_X86_INLINE A load_a_tail(const T* p, int rem) { return load_a(Padded<T, kStep>(p, rem).v); }
+  static MOE_X86_INLINE B load_b(const T* p) { return load_a(p); }
+  static MOE_X86_INLINE B load_b_tail(const T* p, int rem) { return load_a_tail(p, rem); }
+  static MOE_X86_INLINE void madd(Acc& acc, A a, B b) {
+    acc += reinterpret_cast<Acc>(_mm256_madd_epi16(a, b));
+  }
+};
+
+// K is never cut into blocks: the scales apply to the whole int32 dot.
+struct S8Tiles {
+  static constexpr int kMR = 2;
+  static constexpr int kNR = 4;
+  static constexpr int kNR1 = 8;
+  using T = int8_t;
+  static constexpr int64_t kKBlock = 0;
+
+  const int8_t* a;
+  int64_t lda;
+  const float* a_scale;
+  const int8_t* b;
+  int64_t ldb;
+  const float* b_scale;
+  float* c;
+  int64_t ldc;
+
+  template <int MR, int NR>
+  MOE_X86_INLINE void tile(int64_t i, int64_t j, int nb, int64_t /*p0*/, int64_t k, bool /*first*/) {
+    static_assert(NR == 4 || NR == 8, "tiles are 4 or 8 rows of b wide");
+    const x86::TileRows<int8_t, MR, NR> rows(a + i * lda, lda, b + j * ldb, ldb, nb);
+    S8::Acc acc[MR][NR];
+    S8::Acc unused[NR];
+    x86::dot_tile<S8, MR, NR, false>(k, rows, acc, unused);
+    alignas(32) float dot[MR][NR];
+    for (int r = 0; r < MR; ++r) {
+      if constexpr (NR == 4) {
+        _mm_store_ps(dot[r], _mm_cvtepi32_ps(hsum4_epi32(acc[r])));
+      } else {
+        _mm256_store_ps(dot[r], _mm256_cvtepi32_ps(hsum8_epi32(acc[r])));
+      }
+    }
+    for (int r = 0; r < MR; ++r) {
+      float* out = c + (i + r) * ldc + j;
+      for (int q = 0; q < nb; ++q) out[q] = dot[r][q] * a_scale[i + r] * b_scale[j + q];
+    }
+  }
+};
+
+void gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+              int64_t ldb, float* c, int64_t ldc) {
+  x86::gemm_float<F32, 3, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+               int64_t ldb, float* c, int64_t ldc) {
+  x86::gemm_float<BF16, 2, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+             const int8_t* b, int64_t ldb, const float* b_scale, const int32_t* /*b_sum*/, float* c,
+             int64_t ldc) {
+  S8Tiles t{a, lda, a_scale, b, ldb, b_scale, c, ldc};
+  x86::gemm_tiled(t, m, n, k);
+}
+
+constexpr KernelSet kKernels{"avx2", gemm_f32, gemm_bf16, gemm_s8};
+
+}  // namespace
+
+const KernelSet& kernels_avx2() { return kKernels; }
+
+}  // namespace moe_kernels

@@ -1,0 +1,211 @@
+// AVX-512 (F, BW, VL, DQ, VNNI) kernels: 4x4 register tiles of 16-lane fp32 or
+// int32 accumulators along K (1x8 for m = 1), K tails by masked loads. The
+// loop nest around the tiles is kernels_x86.h's.
+#if defined(__GNUC__) && !defined(__clang__)
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its own
+// -Wmaybe-uninitialized then reports once inlined (GCC PR 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "arch/x86/kernels_x86.h"
+#include "core/kernels.h"
+
+namespace moe_kernels {
+namespace {
+
+using x86::store_sums_avx512;
+
+MOE_X86_INLINE __mmask16 mask16(int rem) { return static_cast<__mmask16>((1u << rem) - 1); }
+MOE_X86_INLINE __mmask32 mask32(int rem) { return static_cast<__mmask32>((1ull << rem) - 1); }
+MOE_X86_INLINE __mmask64 mask64(int rem) { return static_cast<__mmask64>((1ull << rem) - 1); }
+
+struct F32 {
+  using T = float;
+  using A = __m512;
+  using B = __m512;
+  using Acc = __m512;
+  static constexpr int kStep = 16;
+  static MOE_X86_INLINE Acc zero() { return _mm512_setzero_ps(); }
+  static MOE_X86_INLINE A load_a(const T* p) { return _mm512_loadu_ps(p); }
+  static MOE_X86_INLINE A load_a_tail(const T* p, int rem) {
+    return _mm512_maskz_loadu_ps(mask16(rem), p);
+  }
+  static MOE_X86_INLINE B load_b(const T* p) { return load_a(p); }
+  static MOE_X86_INLINE B load_b_tail(const T* p, int rem) { return load_a_tail(p, rem); }
+  static MOE_X86_INLINE void madd(Acc& acc, A a, B b) { acc = _mm512_fmadd_ps(a, b, acc); }
+  template <int NR>
+  static MOE_X86_INLINE void store(const Acc (&acc)[NR], float* c, int nb, bool add) {
+    store_sums_avx512<NR>(acc, c, nb, add);
+  }
+};
+
+// bf16 widened to fp32 in registers. The even values of a 32-value load become
+// fp32 by a shift, the odd ones by clearing their low half; a dot product may
+// pair them in any order as long as a and b are split alike.
+struct BF16 {
+  using T = uint16_t;
+  struct A {
+    __m512 even, odd;
+  };
+  using B = A;
+  using Acc = __m512;
+  static constexpr int kStep = 32;
+  static MOE_X86_INLINE A split(__m512i x) {
+    return {_mm512_castsi512_ps(_mm512_slli_epi32(x, 16)),
+            _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xffff0000u))))};
+  }
+  static MOE_X86_INLINE Acc zero() { return _mm512_setzero_ps(); }
+  static MOE_X86_INLINE A load_a(const T* p) { return split(_mm512_loadu_si512(p)); }
+  static MOE_X86_INLINE A load_a_tail(const T* p, int rem) {
+    return split(_mm512_maskz_loadu_epi16(mask32(rem), p));
+  }
+  static MOE_X86_INLINE B load_b(const T* p) { return load_a(p); }
+  static MOE_X86_INLINE B load_b_tail(const T* p, int rem) { return load_a_tail(p, rem); }
+  static MOE_X86_INLINE void madd(Acc& acc, A a, B b) {
+    acc = _mm512_fmadd_ps(a.even, b.even, acc);
+    acc = _mm512_fmadd_ps(a.odd, b.odd, acc);
+  }
+  template <int NR>
+  static MOE_X86_INLINE void store(const Acc (&acc)[NR], float* c, int nb, bool add) {
+    store_sums_avx512<NR>(acc, c, nb, add);
+  }
+};
+
+// VNNI multiplies unsigned a by signed b: a ^ 0x80 is a + 128 as u8, so the
+// dot product comes out 128 * sum(b) too high.
+struct S8 {
+  using T = int8_t;
+  using A = __m512i;
+  using B = __m512i;
+  // Not __m512i (64-bit lanes): GCC 12 then copies every accumulator of
+  // vpdpbusd once per iteration.
+  using Acc = __v16si;
+  static constexpr int kStep = 64;
+  static MOE_X86_INLINE __m512i bias() { return _mm512_set1_epi8(static_cast<char>(0x80)); }
+  static MOE_X86_INLINE Acc zero() { return Acc{}; }
+  static MOE_X86_INLINE A load_a(const T* p) { return _mm512_xor_si512(_mm512_loadu_si512(p), bias()); }
+  // Lanes past the tail turn into 128, against zeros of b.
+  static MOE_X86_INLINE A load_a_tail(const T* p, int rem) {
+    return _mm512_xor_si512(_mm512_maskz_loadu_epi8(mask64(rem), p), bias());
+  }
+  static MOE_X86_INLINE B load_b(const T* p) { return _mm512_loadu_si512(p); }
+  static MOE_X86_INLINE B load_b_tail(const T* p, int rem) {
+    return _mm512_maskz_loadu_epi8(mask64(rem), p);
+  }
+  static MOE_X86_INLINE void madd(Acc& acc, A a, B b) {
+    acc = reinterpret_cast<Acc>(_mm512_dpbusd_epi32(reinterpret_cast<__m512i>(acc), a, b));
+  }
+  static MOE_X86_INLINE void sum_b(Acc& acc, B b) { madd(acc, _mm512_set1_epi8(1), b); }
+};
+
+template <int NR>
+MOE_X86_INLINE auto hsum_epi32(const __v16si (&v)[NR]) {
+  if constexpr (NR == 4) {
+    return x86::hsum4_epi32(v);
+  } else {
+    return x86::hsum8_epi32(v);
+  }
+}
+
+// K is never cut into blocks: the scales apply to the whole int32 dot.
+struct S8Tiles {
+  static constexpr int kMR = 4;
+  static constexpr int kNR = 4;
+  static constexpr int kNR1 = 8;
+  using T = int8_t;
+  static constexpr int64_t kKBlock = 0;
+
+  const int8_t* a;
+  int64_t lda;
+  const float* a_scale;
+  const int8_t* b;
+  int64_t ldb;
+  const float* b_scale;
+  const int32_t* b_sum;
+  float* c;
+  int64_t ldc;
+  // Sums of the current rows of b, when the caller has none.
+  alignas(32) int32_t sums[kNR1];
+
+  template <int MR, int NR>
+  MOE_X86_INLINE void tile(int64_t i, int64_t j, int nb, int64_t /*p0*/, int64_t k, bool first) {
+    // Two whole paths rather than a join after the loop, which GCC pays for
+    // with spilled accumulators.
+    if (b_sum == nullptr && first) {
+      run<MR, NR, true>(i, j, nb, k);
+    } else {
+      run<MR, NR, false>(i, j, nb, k);
+    }
+  }
+
+  template <int MR, int NR, bool kSumB>
+  MOE_X86_INLINE void run(int64_t i, int64_t j, int nb, int64_t k) {
+    static_assert(NR == 4 || NR == 8, "tiles are 4 or 8 rows of b wide");
+    const x86::TileRows<int8_t, MR, NR> rows(a + i * lda, lda, b + j * ldb, ldb, nb);
+    S8::Acc acc[MR][NR];
+    S8::Acc bsum[NR];
+    x86::dot_tile<S8, MR, NR, kSumB>(k, rows, acc, bsum);
+    const __mmask8 cols = static_cast<__mmask8>((1u << nb) - 1);
+    if constexpr (NR == 4) {
+      __m128i sum;
+      if constexpr (kSumB) {
+        sum = hsum_epi32<NR>(bsum);
+        _mm_store_si128(reinterpret_cast<__m128i*>(sums), sum);
+      } else {
+        sum = _mm_maskz_loadu_epi32(cols, b_sum != nullptr ? b_sum + j : sums);
+      }
+      const __m128i bias = _mm_slli_epi32(sum, 7);
+      const __m128 scale = _mm_maskz_loadu_ps(cols, b_scale + j);
+      for (int r = 0; r < MR; ++r) {
+        const __m128i dot = _mm_sub_epi32(hsum_epi32<NR>(acc[r]), bias);
+        const __m128 v =
+            _mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(dot), _mm_set1_ps(a_scale[i + r])), scale);
+        _mm_mask_storeu_ps(c + (i + r) * ldc + j, cols, v);
+      }
+    } else {
+      __m256i sum;
+      if constexpr (kSumB) {
+        sum = hsum_epi32<NR>(bsum);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(sums), sum);
+      } else {
+        sum = _mm256_maskz_loadu_epi32(cols, b_sum != nullptr ? b_sum + j : sums);
+      }
+      const __m256i bias = _mm256_slli_epi32(sum, 7);
+      const __m256 scale = _mm256_maskz_loadu_ps(cols, b_scale + j);
+      for (int r = 0; r < MR; ++r) {
+        const __m256i dot = _mm256_sub_epi32(hsum_epi32<NR>(acc[r]), bias);
+        const __m256 v =
+            _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(a_scale[i + r])), scale);
+        _mm256_mask_storeu_ps(c + (i + r) * ldc + j, cols, v);
+      }
+    }
+  }
+};
+
+void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+               int64_t ldb, float* c, int64_t ldc) {
+  x86::gemm_float<BF16, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+constexpr KernelSet kKernels{"avx512", avx512::gemm_f32, gemm_bf16, avx512::gemm_s8};
+
+}  // namespace
+
+void avx512::gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                      int64_t ldb, float* c, int64_t ldc) {
+  x86::gemm_float<F32, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+void avx512::gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
+                     const float* a_scale, const int8_t* b, int64_t ldb, const float* b_scale,
+                     const int32_t* b_sum, float* c, int64_t ldc) {
+  S8Tiles t{a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc, {}};
+  x86::gemm_tiled(t, m, n, k);
+}
+
+const KernelSet& kernels_avx512() { return kKernels; }
+
+}  // namespace moe_kernels

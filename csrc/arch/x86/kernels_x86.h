@@ -1,0 +1,260 @@
+// The x86_64 kernel levels, and the pieces of them that more than one level's
+// file compiles.
+//
+// The gemm_<level>.cpp files are each compiled with their own ISA flags. The
+// templates they share sit in an anonymous namespace on purpose: every
+// including file gets a private copy built with its own flags, so the linker
+// can never pick an AVX-512 copy for the AVX2 path. No C++ library headers.
+#pragma once
+
+#include "core/kernels.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+#define MOE_X86_INLINE inline __attribute__((always_inline))
+
+namespace moe_kernels {
+
+const KernelSet& kernels_avx2();
+const KernelSet& kernels_avx512();
+const KernelSet& kernels_avx512_bf16();
+
+// The avx512_bf16 level differs from avx512 in its bf16 GEMM only.
+namespace avx512 {
+void gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+              int64_t ldb, float* c, int64_t ldc);
+void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+             const int8_t* b, int64_t ldb, const float* b_scale, const int32_t* b_sum, float* c,
+             int64_t ldc);
+}  // namespace avx512
+
+namespace x86 {
+namespace {
+
+// An Op is one level's view of one element type:
+//   T, A, B, Acc        element, loaded a and b operands, accumulator vector
+//   kStep               values of K per vector step
+//   zero(), load_a(p), load_b(p), load_a_tail(p, rem), load_b_tail(p, rem)
+//                       (the tails read only [0, rem) and act as zero-padded)
+//   madd(acc, a, b)     acc += the K-wise products, in lanes
+//   sum_b(acc, b)       acc += the K-wise sum of b (only the VNNI int8 op)
+// Past rem, a tail load of b gives zeros; one of a may give any value (VNNI's
+// bias turns its zeros into 128).
+
+// acc[r][c] (and bsum[c] when kSumB) for MR rows of a and NR rows of b,
+// reduced over K lane-wise; the caller reduces the lanes.
+template <class Op, int MR, int NR, bool kSumB, bool kTail>
+MOE_X86_INLINE void dot_step(const typename Op::T* const (&a)[MR],
+                             const typename Op::T* const (&b)[NR], int64_t p, int rem,
+                             typename Op::Acc (&acc)[MR][NR], typename Op::Acc (&bsum)[NR]) {
+  typename Op::A va[MR];
+  for (int r = 0; r < MR; ++r) {
+    if constexpr (kTail) {
+      va[r] = Op::load_a_tail(a[r] + p, rem);
+    } else {
+      va[r] = Op::load_a(a[r] + p);
+    }
+  }
+  for (int c = 0; c < NR; ++c) {
+    typename Op::B vb;
+    if constexpr (kTail) {
+      vb = Op::load_b_tail(b[c] + p, rem);
+    } else {
+      vb = Op::load_b(b[c] + p);
+    }
+    if constexpr (kSumB) Op::sum_b(bsum[c], vb);
+    for (int r = 0; r < MR; ++r) Op::madd(acc[r][c], va[r], vb);
+  }
+}
+
+// Row pointers of a tile; rows of b past the edge repeat the last one, so
+// that tiles need no edge variants (their results are not stored).
+// A one-row tile (m = 1) streams NR rows of b once: it prefetches the rows of
+// the next tile, whose pages the hardware prefetcher would only reach late.
+template <class T, int MR, int NR>
+struct TileRows {
+  const T* a[MR];
+  const T* b[NR];
+  int64_t ahead;  // from a row of b to the one to prefetch
+  TileRows(const T* a0, int64_t lda, const T* b0, int64_t ldb, int nb) : ahead(NR * ldb) {
+    for (int r = 0; r < MR; ++r) a[r] = a0 + r * lda;
+    for (int c = 0; c < NR; ++c) b[c] = b0 + (c < nb ? c : nb - 1) * ldb;
+  }
+};
+
+template <class Op, int MR, int NR, bool kSumB>
+MOE_X86_INLINE void dot_tile(int64_t k, const TileRows<typename Op::T, MR, NR>& rows,
+                             typename Op::Acc (&acc)[MR][NR], typename Op::Acc (&bsum)[NR]) {
+  for (int c = 0; c < NR; ++c) {
+    bsum[c] = Op::zero();
+    for (int r = 0; r < MR; ++r) acc[r][c] = Op::zero();
+  }
+  int64_t p = 0;
+  for (; p + Op::kStep <= k; p += Op::kStep) {
+    if constexpr (MR == 1) {
+      for (int c = 0; c < NR; ++c) __builtin_prefetch(rows.b[c] + rows.ahead + p, 0, 2);
+    }
+    dot_step<Op, MR, NR, kSumB, false>(rows.a, rows.b, p, 0, acc, bsum);
+  }
+  if (p < k) dot_step<Op, MR, NR, kSumB, true>(rows.a, rows.b, p, static_cast<int>(k - p), acc, bsum);
+}
+
+// Loop nest for m > 1: a block of rows of a stays in L2 while NR-row slices
+// of b, kept in L1, meet each of them. A tile reads MR + NR rows of one block
+// of K before its rows of b come round again, so K is cut into blocks
+// (Tiles::kKBlock values; 0: never) short enough for those to stay in L1.
+constexpr int64_t kABlockBytes = 512 * 1024;
+constexpr int64_t kTileL1Bytes = 32 * 1024;
+
+template <class Tiles, int R>
+MOE_X86_INLINE void tile_rows(Tiles& t, int rows, int64_t i, int64_t j, int nb, int64_t p0,
+                              int64_t kk, bool first) {
+  if constexpr (R > 0) {
+    if (rows == R) {
+      t.template tile<R, Tiles::kNR>(i, j, nb, p0, kk, first);
+    } else {
+      tile_rows<Tiles, R - 1>(t, rows, i, j, nb, p0, kk, first);
+    }
+  }
+}
+
+// The loop nest every GEMM of every level runs. Tiles provides kMR x kNR
+// (m > 1) and 1 x kNR1 (m = 1) register tiles as
+//   template <int MR, int NR> void tile(i, j, nb, p0, kk, first)
+// computing c rows [i, i + MR) x columns [j, j + nb), nb <= NR, over K values
+// [p0, p0 + kk): stored when p0 == 0, else added. `first` says that no
+// earlier tile of this pass met these rows of b.
+template <class Tiles>
+void gemm_tiled(Tiles& t, int64_t m, int64_t n, int64_t k) {
+  constexpr int MR = Tiles::kMR;
+  constexpr int NR = Tiles::kNR;
+  constexpr int NR1 = Tiles::kNR1;
+  if (m == 1) {
+    for (int64_t j = 0; j < n; j += NR1) {
+      t.template tile<1, NR1>(0, j, n - j < NR1 ? static_cast<int>(n - j) : NR1, 0, k, true);
+    }
+    return;
+  }
+  const int64_t kc = Tiles::kKBlock > 0 && Tiles::kKBlock < k ? Tiles::kKBlock : k;
+  const int64_t row_bytes = kc * static_cast<int64_t>(sizeof(typename Tiles::T));
+  int64_t mc = kABlockBytes / (row_bytes > 0 ? row_bytes : 1) / MR * MR;
+  if (mc < MR) mc = MR;
+  for (int64_t i0 = 0; i0 < m; i0 += mc) {
+    const int64_t i1 = m - i0 < mc ? m : i0 + mc;
+    for (int64_t p0 = 0; p0 < k; p0 += kc) {
+      const int64_t kk = k - p0 < kc ? k - p0 : kc;
+      for (int64_t j = 0; j < n; j += NR) {
+        const int nb = n - j < NR ? static_cast<int>(n - j) : NR;
+        int64_t i = i0;
+        for (; i + MR <= i1; i += MR) t.template tile<MR, NR>(i, j, nb, p0, kk, i == i0);
+        if (i < i1) tile_rows<Tiles, MR - 1>(t, static_cast<int>(i1 - i), i, j, nb, p0, kk, i == i0);
+      }
+    }
+  }
+}
+
+// The fp32-result GEMMs (f32, bf16). Op::store<NR>(acc, c, nb, add) reduces
+// NR accumulators and writes (or adds to c) the first nb sums.
+template <class Op, int MR_, int NR_, int NR1_>
+struct FloatTiles {
+  static constexpr int kMR = MR_;
+  static constexpr int kNR = NR_;
+  static constexpr int kNR1 = NR1_;
+  using T = typename Op::T;
+  static constexpr int64_t kKBlock = kTileL1Bytes / ((MR_ + NR_) * sizeof(T)) / 64 * 64;
+
+  const T* a;
+  int64_t lda;
+  const T* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+
+  template <int MR, int NR>
+  MOE_X86_INLINE void tile(int64_t i, int64_t j, int nb, int64_t p0, int64_t kk, bool /*first*/) {
+    const TileRows<T, MR, NR> rows(a + i * lda + p0, lda, b + j * ldb + p0, ldb, nb);
+    typename Op::Acc acc[MR][NR];
+    typename Op::Acc unused[NR];
+    dot_tile<Op, MR, NR, false>(kk, rows, acc, unused);
+    for (int r = 0; r < MR; ++r) Op::template store<NR>(acc[r], c + (i + r) * ldc + j, nb, p0 > 0);
+  }
+};
+
+template <class Op, int MR, int NR, int NR1>
+void gemm_float(int64_t m, int64_t n, int64_t k, const typename Op::T* a, int64_t lda,
+                const typename Op::T* b, int64_t ldb, float* c, int64_t ldc) {
+  FloatTiles<Op, MR, NR, NR1> t{a, lda, b, ldb, c, ldc};
+  gemm_tiled(t, m, n, k);
+}
+
+#if defined(__AVX512F__)
+// Shared by the avx512 and avx512_bf16 files.
+
+// Halves by extract rather than _mm512_cast*: GCC 12's casts set off
+// -Wmaybe-uninitialized inside its own headers.
+MOE_X86_INLINE __m256 fold_ps(__m512 v) {
+  return _mm256_add_ps(_mm512_extractf32x8_ps(v, 0), _mm512_extractf32x8_ps(v, 1));
+}
+
+MOE_X86_INLINE __m256i fold_epi32(__v16si v) {
+  const __m512i x = reinterpret_cast<__m512i>(v);
+  return _mm256_add_epi32(_mm512_extracti32x8_epi32(x, 0), _mm512_extracti32x8_epi32(x, 1));
+}
+
+// Lane c of the result = the sum of the lanes of v[c].
+MOE_X86_INLINE __m128 hsum4_ps(const __m512 (&v)[4]) {
+  const __m256 t0 = _mm256_hadd_ps(fold_ps(v[0]), fold_ps(v[1]));
+  const __m256 t1 = _mm256_hadd_ps(fold_ps(v[2]), fold_ps(v[3]));
+  const __m256 t = _mm256_hadd_ps(t0, t1);
+  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+}
+
+MOE_X86_INLINE __m256 hsum8_ps(const __m512 (&v)[8]) {
+  const __m256 t0 = _mm256_hadd_ps(fold_ps(v[0]), fold_ps(v[1]));
+  const __m256 t1 = _mm256_hadd_ps(fold_ps(v[2]), fold_ps(v[3]));
+  const __m256 t2 = _mm256_hadd_ps(fold_ps(v[4]), fold_ps(v[5]));
+  const __m256 t3 = _mm256_hadd_ps(fold_ps(v[6]), fold_ps(v[7]));
+  const __m256 u0 = _mm256_hadd_ps(t0, t1);
+  const __m256 u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+MOE_X86_INLINE __m128i hsum4_epi32(const __v16si (&v)[4]) {
+  const __m256i t0 = _mm256_hadd_epi32(fold_epi32(v[0]), fold_epi32(v[1]));
+  const __m256i t1 = _mm256_hadd_epi32(fold_epi32(v[2]), fold_epi32(v[3]));
+  const __m256i t = _mm256_hadd_epi32(t0, t1);
+  return _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+}
+
+MOE_X86_INLINE __m256i hsum8_epi32(const __v16si (&v)[8]) {
+  const __m256i t0 = _mm256_hadd_epi32(fold_epi32(v[0]), fold_epi32(v[1]));
+  const __m256i t1 = _mm256_hadd_epi32(fold_epi32(v[2]), fold_epi32(v[3]));
+  const __m256i t2 = _mm256_hadd_epi32(fold_epi32(v[4]), fold_epi32(v[5]));
+  const __m256i t3 = _mm256_hadd_epi32(fold_epi32(v[6]), fold_epi32(v[7]));
+  const __m256i u0 = _mm256_hadd_epi32(t0, t1);
+  const __m256i u1 = _mm256_hadd_epi32(t2, t3);
+  return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                          _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+template <int NR>
+MOE_X86_INLINE void store_sums_avx512(const __m512 (&acc)[NR], float* c, int nb, bool add) {
+  static_assert(NR == 4 || NR == 8, "tiles are 4 or 8 rows of b wide");
+  const __mmask8 cols = static_cast<__mmask8>((1u << nb) - 1);
+  if constexpr (NR == 4) {
+    __m128 v = hsum4_ps(acc);
+    if (add) v = _mm_add_ps(v, _mm_maskz_loadu_ps(cols, c));
+    _mm_mask_storeu_ps(c, cols, v);
+  } else {
+    __m256 v = hsum8_ps(acc);
+    if (add) v = _mm256_add_ps(v, _mm256_maskz_loadu_ps(cols, c));
+    _mm256_mask_storeu_ps(c, cols, v);
+  }
+}
+#endif  // __AVX512F__
+
+}  // namespace
+}  // namespace x86
+}  // namespace moe_kernels
