@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 import traceback
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness import build as builds
@@ -96,14 +97,33 @@ def matrix(posargs: Sequence[str], cibuildwheel: list[str]) -> bool:
     targets = _targets(options.arches)
     steps = console.StepLog()
     records: list[suite.RunRecord] = []
-    with containers.terminate_as_exit():
-        _prepare(targets, steps)
-        for target in targets:
-            try:
-                wheel = _build(target, cibuildwheel, options.force, steps)
-                records += _test(target, wheel, options.pytest_args, steps)
-            except Exception as error:  # reported in the summary, then the next target
-                traceback.print_exc()
-                why = f"{type(error).__name__}: {str(error).splitlines()[0]}"
-                records.append(suite.RunRecord.could_not_run(target, why[:200]))
+    with containers.terminate_as_exit(), ThreadPoolExecutor(max_workers=1) as background:
+        try:
+            _prepare(targets, steps)
+            if len(targets) > 1:
+                # An emulated target's images are made mostly by one emulated process at
+                # a time (dpkg, pip): in the background they overlap the native target's
+                # work. Its own turn waits for them (a lock per image) and finds them made.
+                for target in targets:
+                    if target.runner == "qemu":
+                        background.submit(_background_images, target, steps)
+            for target in targets:
+                try:
+                    wheel = _build(target, cibuildwheel, options.force, steps)
+                    records += _test(target, wheel, options.pytest_args, steps)
+                except Exception as error:  # reported in the summary, then the next target
+                    traceback.print_exc()
+                    why = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+                    records.append(suite.RunRecord.could_not_run(target, why[:200]))
+            background.shutdown(wait=True)
+        except BaseException:  # interrupted: stop the background work too
+            console.stop_all()
+            raise
     return write_summary(records, steps, REPORTS)
+
+
+def _background_images(target: Target, steps: console.StepLog) -> None:
+    try:
+        images.ensure_images(target, WORK / "images", steps)
+    except Exception:  # the target's own turn retries and reports it
+        traceback.print_exc()

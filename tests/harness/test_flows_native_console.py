@@ -62,7 +62,7 @@ def test_step_log_times_and_marks_outcomes():
     with pytest.raises(RuntimeError), steps.step("build"):
         raise RuntimeError("boom")
     assert [(s.name, s.outcome) for s in steps.steps] == [("images", "reused"), ("build", "failed")]
-    assert "| total | |" in steps.table()
+    assert "| total (wall time) | |" in steps.table()
 
 
 def test_exclusive_keeps_a_second_process_out(tmp_path):
