@@ -143,7 +143,8 @@ void gemm_tiled(Tiles& t, int64_t m, int64_t n, int64_t k) {
   if (mc < MR) mc = MR;
   for (int64_t i0 = 0; i0 < m; i0 += mc) {
     const int64_t i1 = m - i0 < mc ? m : i0 + mc;
-    for (int64_t p0 = 0; p0 < k; p0 += kc) {
+    int64_t p0 = 0;
+    do {  // once even for k = 0, which stores zeros
       const int64_t kk = k - p0 < kc ? k - p0 : kc;
       for (int64_t j = 0; j < n; j += NR) {
         const int nb = n - j < NR ? static_cast<int>(n - j) : NR;
@@ -151,7 +152,8 @@ void gemm_tiled(Tiles& t, int64_t m, int64_t n, int64_t k) {
         for (; i + MR <= i1; i += MR) t.template tile<MR, NR>(i, j, nb, p0, kk, i == i0);
         if (i < i1) tile_rows<Tiles, MR - 1>(t, static_cast<int>(i1 - i), i, j, nb, p0, kk, i == i0);
       }
-    }
+      p0 += kk;
+    } while (p0 < k);
   }
 }
 
