@@ -43,9 +43,9 @@ def _run(session: nox.Session, flow: Callable[..., bool | None], *args: object) 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Host-side tests: the harness's unit tests (no Docker needed)."""
-    session.install("pytest", "packaging")
-    session.run("pytest", "tests/harness", *session.posargs)
+    """Host-side tests: the harness's unit tests and the aarch64 drift proofs (no Docker)."""
+    session.install("pytest", "packaging", "cmake", "ninja")
+    session.run("pytest", "tests/harness", "tests/drift", *session.posargs)
 
 
 @nox.session

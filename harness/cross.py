@@ -7,6 +7,7 @@ configured by cmake/aarch64-linux-gnu.cmake.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -25,12 +26,19 @@ class CrossSetupError(RuntimeError):
     """The host cannot cross-compile; the message says what to install."""
 
 
-def check_compiler(target: Target) -> None:
+def ensure_compiler(target: Target) -> None:
+    """Installs the cross compiler with apt where we can (root); otherwise says how."""
     compiler = COMPILERS[target.arch]
-    if shutil.which(compiler) is None:
-        raise CrossSetupError(
-            f"{compiler} is not installed; run: apt-get install -y g++-{target.arch}-linux-gnu"
-        )
+    if shutil.which(compiler) is not None:
+        return
+    package = f"g++-{target.arch}-linux-gnu"
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        raise CrossSetupError(f"{compiler} is not installed; run as root: apt-get install -y {package}")
+    print(f"cross: apt-get install -y {package}", flush=True)
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update"], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", package], check=True, env=env,
+                   stdout=subprocess.DEVNULL)
 
 
 def torch_dir(target: Target, cache: Path) -> Path:
@@ -71,7 +79,7 @@ def compile_sources(source: Path, build_dir: Path, target: Target, torch: Path,
 
     Output is captured, so that callers can show or inspect the compiler's words.
     """
-    check_compiler(target)
+    ensure_compiler(target)
     if shutil.which("ninja") is None:
         raise CrossSetupError("ninja is not installed; run: pip install ninja")
     configure = subprocess.run(configure_command(source, build_dir, target, torch),
