@@ -48,6 +48,17 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "tests/harness", "tests/drift", *session.posargs)
 
 
+@nox.session(default=False)
+def kernels(session: nox.Session) -> None:
+    """Build the package natively and run tests/kernels once per ISA level this CPU has."""
+    from harness import native
+
+    session.install(native.host_torch_requirement(), "scikit-build-core", "cmake", "ninja",
+                    "numpy", "pytest", "pytest-xdist")
+    session.install("--no-build-isolation", ".")
+    native.run_kernel_suite(session, ["-n", "2", *session.posargs])
+
+
 @nox.session
 def build(session: nox.Session) -> None:
     """Build the wheels with cibuildwheel into wheelhouse/ (-- --arch A, --force)."""

@@ -7,10 +7,21 @@ For a nox session whose virtualenv has the package installed:
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol
 
+from harness.targets import load_targets
+
+REPO = Path(__file__).resolve().parent.parent
+
 SUPPORTED_ISAS = "import moe_kernels; print(*moe_kernels.supported_isas())"
+
+
+def host_torch_requirement() -> str:
+    """The torch the target table names for this machine's architecture."""
+    return load_targets(REPO / "pyproject.toml")[platform.machine()].torch
 
 
 class Session(Protocol):
@@ -23,7 +34,9 @@ def suite_runs(levels: Sequence[str], pytest_args: Sequence[str]) -> list[tuple[
     """(environment, command) for each level: the level forced, and asserted by the suite."""
     return [
         (
-            {"MOE_KERNELS_ISA": level, "MOE_KERNELS_EXPECT_ISA": level},
+            # Natively there is time for the whole matrix, not only its covering array.
+            {"MOE_KERNELS_ISA": level, "MOE_KERNELS_EXPECT_ISA": level,
+             "MOE_KERNELS_TEST_STRENGTH": "full"},
             ["python", "-m", "pytest", "tests/kernels", "-p", "no:cacheprovider", *pytest_args],
         )
         for level in levels

@@ -18,9 +18,11 @@ def test_posargs_split_between_harness_and_pytest():
 def test_native_suite_runs_once_per_level_forcing_and_expecting_it():
     runs = native.suite_runs(["generic", "avx2"], ["-x"])
     assert runs == [
-        ({"MOE_KERNELS_ISA": "generic", "MOE_KERNELS_EXPECT_ISA": "generic"},
+        ({"MOE_KERNELS_ISA": "generic", "MOE_KERNELS_EXPECT_ISA": "generic",
+          "MOE_KERNELS_TEST_STRENGTH": "full"},
          ["python", "-m", "pytest", "tests/kernels", "-p", "no:cacheprovider", "-x"]),
-        ({"MOE_KERNELS_ISA": "avx2", "MOE_KERNELS_EXPECT_ISA": "avx2"},
+        ({"MOE_KERNELS_ISA": "avx2", "MOE_KERNELS_EXPECT_ISA": "avx2",
+          "MOE_KERNELS_TEST_STRENGTH": "full"},
          ["python", "-m", "pytest", "tests/kernels", "-p", "no:cacheprovider", "-x"]),
     ]
 
