@@ -24,7 +24,7 @@ from pathlib import Path
 
 from harness import console, host
 from harness.targets import Target
-from harness.wheels import download_closure, requirement_lines
+from harness.wheels import download_closure, pip_install_target_command, requirement_lines
 
 DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
 REPOSITORY = "moe-kernels"
@@ -228,8 +228,28 @@ def _prepare_context(spec: ImageSpec, context: Path, ca_bundle: Path) -> None:
     if spec.requirements:
         wheels = context / "wheels"
         print(f"downloading wheels for {', '.join(spec.requirements)}", flush=True)
-        download_closure(spec.requirements, wheels, spec.target)
-        (wheels / "requirements.txt").write_text("\n".join(spec.requirements) + "\n")
+        downloaded = download_closure(spec.requirements, wheels, spec.target)
+        if spec.role == "test":
+            _install_on_host(downloaded, context, spec.target)
+        else:
+            (wheels / "requirements.txt").write_text("\n".join(spec.requirements) + "\n")
+
+
+def _install_on_host(wheels: list[Path], context: Path, target: Target) -> None:
+    """Install the test image's packages on the host into context/site-packages.
+
+    pip under QEMU takes minutes to unpack and compile torch; natively, seconds.
+    Only pip stays in wheels/, to install itself in the image (its `bin/pip` is
+    what cibuildwheel looks for).
+    """
+    packages = [wheel for wheel in wheels if not wheel.name.startswith("pip-")]
+    site_packages = context / "site-packages"
+    console.run_streamed(
+        pip_install_target_command(packages, site_packages, target), f"install {target.arch}"
+    )
+    shutil.rmtree(site_packages / "bin", ignore_errors=True)  # scripts with the host's shebang
+    for wheel in packages:
+        wheel.unlink()
 
 
 def ensure_images(target: Target, work_dir: Path, steps: console.StepLog) -> dict[str, ImageSpec]:

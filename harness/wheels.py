@@ -98,6 +98,28 @@ def pip_download_command(
     return command
 
 
+def pip_install_target_command(wheels: Sequence[Path], site_packages: Path, target: Target) -> list[str]:
+    """Install a target's wheels into a directory on the host, for an image to copy.
+
+    pip compiles the bytecode with the host's Python; that is valid for the
+    target when both run the same Python minor version (bytecode is the same on
+    every architecture), and skipped otherwise.
+    """
+    python_version = target.python_versions[0]
+    same_python = f"{sys.version_info[0]}.{sys.version_info[1]}" == python_version
+    command = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--only-binary=:all:"]
+    command += [f"--platform={tag}" for tag in platform_tags(target)]
+    command += [
+        f"--python-version={python_version}",
+        "--implementation=cp",
+        f"--abi=cp{python_version.replace('.', '')}",
+        f"--target={site_packages}",
+        *([] if same_python else ["--no-compile"]),
+        *map(str, wheels),
+    ]
+    return command
+
+
 Runner = Callable[[list[str]], None]
 
 
