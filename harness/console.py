@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import fcntl
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -22,7 +23,8 @@ from pathlib import Path
 
 class CommandFailed(RuntimeError):
     def __init__(self, label: str, argv: Sequence[str], returncode: int):
-        super().__init__(f"{label}: `{' '.join(argv)}` exited with {returncode}")
+        super().__init__(f"{label}: {argv[0]} exited with {returncode}")
+        self.argv = list(argv)
         self.returncode = returncode
 
 
@@ -62,6 +64,7 @@ def run_streamed(
     On timeout the process is killed and the exit code is 124 (as timeout(1)).
     """
     start = time.monotonic()
+    print(f"[{label} 00:00] $ {shlex.join(argv)}", flush=True)
     full_env = {**os.environ, **env} if env is not None else None
     with subprocess.Popen(
         argv,
