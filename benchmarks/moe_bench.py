@@ -72,7 +72,7 @@ SWIGLU = {"alpha": 1.702, "limit": 7.0}
 # Max |out - reference| / max |reference| for a contender to count as computing the same thing.
 TOLERANCE = {"bf16": 3e-2, "int8": 5e-2, "fp8": 3e-2}
 ROUTINGS = 16  # distinct routings cycled through, one per iteration
-IMPLS = ("moe_kernels", "sglang", "torch")
+ROOFLINE_GEMM = 2048  # the compute roofline's square GEMM size
 
 
 # --- inputs ---------------------------------------------------------------------------
@@ -171,9 +171,10 @@ def torch_baseline(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_wei
 # --- the machine's limits -------------------------------------------------------------
 
 
-def compute_roofline(threads: int, size: int = 2048, repeats: int = 5) -> float:
-    """torch.matmul bf16 GFLOP/s on a size^3 GEMM (best of a few; a ceiling, not a typical figure)."""
+def compute_roofline(threads: int, repeats: int = 5) -> float:
+    """torch.matmul bf16 GFLOP/s on a large square GEMM (best of a few; a ceiling, not a typical figure)."""
     torch.set_num_threads(threads)
+    size = ROOFLINE_GEMM
     a = torch.randn(size, size).to(torch.bfloat16)
     b = torch.randn(size, size).to(torch.bfloat16)
     torch.matmul(a, b)
