@@ -1,0 +1,114 @@
+"""The benchmark's plumbing on tiny shapes: table, JSON, plot, and SGLang's skip and check.
+
+No timing is asserted anywhere: these shapes take microseconds and the machine is shared.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("moe_kernels")
+
+from benchmarks import moe_bench, sglang  # noqa: E402
+
+TINY = {
+    "tiny": moe_bench.MoeShape("tiny", experts=4, topk=2, hidden=64, inter=32),
+    "tiny-swiglu": moe_bench.MoeShape("tiny-swiglu", experts=4, topk=2, hidden=64, inter=64, swiglu=True),
+}
+QUICK = ["--tokens", "1", "3", "--threads", "1", "2", "--budget", "0", "--min-iterations", "2",
+         "--max-iterations", "2"]
+
+
+@pytest.fixture(autouse=True)
+def tiny(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(moe_bench, "SHAPES", TINY)
+    monkeypatch.setattr(moe_bench, "ROOFLINE_GEMM", 64)
+    yield
+    torch.set_num_threads(1)
+
+
+def run(tmp_path: Path, *args: str) -> dict:
+    assert moe_bench.main(["--shapes", *TINY, *QUICK, "--out", str(tmp_path), *args]) == 0
+    return json.loads((tmp_path / "moe_bench.json").read_text())
+
+
+def test_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    document = run(tmp_path, "--no-sglang")
+    out = capsys.readouterr().out
+
+    results = document["results"]
+    assert len(results) == 2 * 3 * 2 * 2  # shapes x methods x M x threads
+    for r in results:
+        assert set(r["median_ms"]) == {"moe_kernels", "torch", "memory_roofline"}
+        assert all(v > 0 for v in r["median_ms"].values())
+        assert r["speedup_vs_sglang"] is None
+        assert r["iterations"] == 2
+        assert r["active_bytes"] > 0 and r["achieved_gbs"] > 0 and r["roofline_gbs"] > 0
+    assert {(r["shape"], r["method"], r["tokens"], r["threads"]) for r in results} == {
+        (s, m, t, n) for s in TINY for m in ("bf16", "int8", "fp8") for t in (1, 3) for n in (1, 2)}
+    meta = document["meta"]
+    assert len(meta["loadavg_start"]) == 3 and len(meta["loadavg_end"]) == 3
+    assert meta["sglang"] == {"available": False, "message": "left out (--no-sglang)"}
+    assert set(document["compute_roofline_gflops"]) == {"1", "2"}
+    assert all(c["moe_kernels"]["ok"] for c in document["verification"].values())
+    assert {t["target"] for t in document["targets"]} >= {"int8 decode vs bf16 decode (M=1)",
+                                                            "2 threads vs 1 thread at M >= 16"}
+    assert {d["shape"] for d in document["derived"]["int8_vs_bf16_decode"]} == set(TINY)
+
+    table = [line for line in out.splitlines() if line.startswith("| ")]
+    assert table[0].startswith("| shape | method | M | thr | moe_kernels ms | sglang ms | torch ms")
+    assert len(table) == 1 + len(results)
+    assert all(line.count("|") == 13 for line in table)
+    assert "issue 5 targets" in out
+    for name in TINY:
+        assert f"[{name}] M=3:" in out  # a progress line per shape and M
+    assert (tmp_path / "moe_bench.md").read_text().startswith("| shape |")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "no plot" in out
+    else:
+        assert (tmp_path / "moe_bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_sglang_skipped_with_a_message_when_torch_does_not_match(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sglang, "TORCH_PIN", "0.0.0+elsewhere")
+    monkeypatch.setattr(sglang, "_fetch", lambda cache: pytest.fail("must not download"))
+    document = run(tmp_path, "--methods", "bf16", "--sglang-cache", str(tmp_path / "cache"))
+    out = capsys.readouterr().out
+    assert f"torch {torch.__version__} is installed" in out
+    assert "skipping the SGLang contender" in out
+    assert document["meta"]["sglang"]["available"] is False
+    assert "0.0.0+elsewhere" in document["meta"]["sglang"]["message"]
+    assert all("sglang" not in r["median_ms"] for r in document["results"])
+
+
+def test_sglang_skipped_on_another_architecture() -> None:
+    reason = sglang.unavailable_reason("aarch64", sglang.TORCH_PIN)
+    assert reason and "x86_64 only" in reason and "int8 only" in reason
+    loaded = sglang.load(Path("/nonexistent"), machine="aarch64")
+    assert loaded.ops is None and "skipping the SGLang contender" in loaded.message
+    assert sglang.unavailable_reason("x86_64", sglang.TORCH_PIN) is None
+
+
+@pytest.mark.skipif(not (sglang.DEFAULT_CACHE / sglang.WHEEL_MEMBER).is_file()
+                    or sglang.unavailable_reason(__import__("platform").machine(), torch.__version__) is not None,
+                    reason="SGLang's kernel is not cached here, or cannot run here")
+def test_sglang_checked_against_the_reference(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Where the kernel is at hand: it is timed where it matches, and reported, untimed, where it does not."""
+    document = run(tmp_path)
+    out = capsys.readouterr().out
+    verification = document["verification"]
+    assert verification["tiny/bf16"]["sglang"]["ok"]
+    # SGLang's int8 path ignores biases, alpha and limit: it computes something else for gpt-oss.
+    assert not verification["tiny-swiglu/int8"]["sglang"]["ok"]
+    assert "[tiny-swiglu] int8: sglang computes something else" in out
+    for r in document["results"]:
+        timed = verification[f"{r['shape']}/{r['method']}"]["sglang"]["ok"]
+        assert ("sglang" in r["median_ms"]) == timed
+        assert (r["speedup_vs_sglang"] is not None) == timed
