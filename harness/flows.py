@@ -62,7 +62,7 @@ def _build(target: Target, cibuildwheel: list[str], force: bool, steps: console.
 
 
 def _test(target: Target, wheel: Path, pytest_args: list[str], steps: console.StepLog) -> list[suite.RunRecord]:
-    specs = images.ensure_images(target, WORK / "images", steps)
+    specs = images.ensure_images(target, WORK / "images", steps, upto="test")
     return suite.run_suite(
         target, test_image=specs["test"].tag, wheel=wheel, repo=REPO, reports=REPORTS,
         steps=steps, pytest_args=pytest_args,

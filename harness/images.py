@@ -252,10 +252,14 @@ def _install_on_host(wheels: list[Path], context: Path, target: Target) -> None:
         wheel.unlink()
 
 
-def ensure_images(target: Target, work_dir: Path, steps: console.StepLog) -> dict[str, ImageSpec]:
-    """Build whichever of the target's images is missing; return all three specs."""
+def ensure_images(
+    target: Target, work_dir: Path, steps: console.StepLog, upto: str = "build"
+) -> dict[str, ImageSpec]:
+    """Build whichever of the target's images up to `upto` is missing; return their specs."""
     ca_bundle = host.ca_bundle()
     specs = image_specs(target, DOCKER_DIR, ca_bundle)
+    wanted = ROLES[: ROLES.index(upto) + 1]
+    specs = {role: spec for role, spec in specs.items() if role in wanted}
     for spec in specs.values():
         context = work_dir / f"{target.arch}-{spec.role}"
         with (
