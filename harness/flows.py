@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness import build as builds
-from harness import console, containers, host, images, suite
+from harness import console, containers, host, images, publish, suite
 from harness.summary import write_summary
 from harness.targets import Target, load_targets, select
 
@@ -63,10 +63,12 @@ def _build(target: Target, cibuildwheel: list[str], force: bool, steps: console.
 
 def _test(target: Target, wheel: Path, pytest_args: list[str], steps: console.StepLog) -> list[suite.RunRecord]:
     specs = images.ensure_images(target, WORK / "images", steps, upto="test")
-    return suite.run_suite(
+    records = suite.run_suite(
         target, test_image=specs["test"].tag, wheel=wheel, repo=REPO, reports=REPORTS,
         steps=steps, pytest_args=pytest_args,
     )
+    publish.record_tested(target, wheel, records, REPORTS)  # what publish may upload
+    return records
 
 
 def build(posargs: Sequence[str], cibuildwheel: list[str]) -> None:
