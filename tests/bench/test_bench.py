@@ -57,7 +57,8 @@ def test_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert all(c["moe_kernels"]["ok"] for c in document["verification"].values())
     assert {t["target"] for t in document["targets"]} >= {"int8 decode vs bf16 decode (M=1)",
                                                             "2 threads vs 1 thread at M >= 16"}
-    assert {d["shape"] for d in document["derived"]["int8_vs_bf16_decode"]} == set(TINY)
+    assert {(d["shape"], d["threads"]) for d in document["derived"]["int8_vs_bf16_decode"]} == {
+        (s, n) for s in TINY for n in (1, 2)}
 
     table = [line for line in out.splitlines() if line.startswith("| ")]
     assert table[0].startswith("| shape | method | M | thr | moe_kernels ms | sglang ms | torch ms")
