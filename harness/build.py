@@ -160,7 +160,9 @@ def build_wheel(
     build_image = images["build"].tag
     pyproject = tomllib.loads((repo / "pyproject.toml").read_text())
     files = source_files(repo)
-    inputs = inputs_hash(repo, files, build_image, " ".join(cibuildwheel))
+    # The tool's version, not its path: nox -s build and nox -s matrix share wheels.
+    version = subprocess.run([*cibuildwheel, "--version"], check=True, capture_output=True, text=True)
+    inputs = inputs_hash(repo, files, build_image, version.stdout.strip())
     stamp = stamps / f"{target.arch}.json"
     wheelhouse.mkdir(parents=True, exist_ok=True)
     remove_partial_outputs(wheelhouse)
