@@ -63,6 +63,16 @@ def remove_stale() -> list[str]:
     return stale
 
 
+def remove_owned() -> None:
+    """Remove this run's own containers (an interrupted cibuildwheel leaves its own)."""
+    listing = subprocess.run(
+        ["docker", "ps", "--all", "--quiet", f"--filter=label={OWNER_LABEL}={owner()}"],
+        capture_output=True, text=True,
+    ).stdout.split()
+    if listing:
+        subprocess.run(["docker", "rm", "--force", *listing], stdout=subprocess.DEVNULL)
+
+
 def remove(name: str) -> None:
     subprocess.run(
         ["docker", "rm", "--force", name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -80,5 +90,8 @@ def terminate_as_exit() -> Iterator[None]:
     previous = signal.signal(signal.SIGTERM, exit_on_term)
     try:
         yield
+    except BaseException:
+        remove_owned()
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)

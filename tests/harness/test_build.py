@@ -173,3 +173,11 @@ def test_auditwheel_show_disagreements_are_named():
 def test_repair_excludes_come_from_the_cibuildwheel_table(repo_root):
     pyproject = tomllib.loads((repo_root / "pyproject.toml").read_text())
     assert build.repair_excludes(pyproject) >= {"libtorch.so", "libtorch_cpu.so", "libc10.so"}
+
+
+def test_only_files_that_reach_the_wheel_are_build_inputs():
+    files = ["CMakeLists.txt", "csrc/ops.cpp", "harness/build.py", "tests/kernels/t.py",
+             "noxfile.py", "docs/new.md", "package/moe_kernels/__init__.py"]
+    assert build.build_inputs(files) == [
+        "CMakeLists.txt", "csrc/ops.cpp", "docs/new.md", "package/moe_kernels/__init__.py"
+    ]

@@ -41,7 +41,9 @@ def test_remove_stale_removes_only_containers_of_dead_runs(monkeypatch):
     assert calls[1] == ["docker", "rm", "--force", "moe-kernels-test-a-1", "moe-kernels-test-b-2"]
 
 
-def test_sigterm_becomes_system_exit_so_cleanup_runs():
+def test_sigterm_becomes_system_exit_so_cleanup_runs(monkeypatch):
+    removed = []
+    monkeypatch.setattr(containers, "remove_owned", lambda: removed.append(True))
     cleaned = []
     with pytest.raises(SystemExit) as stop:
         with containers.terminate_as_exit():
@@ -49,5 +51,5 @@ def test_sigterm_becomes_system_exit_so_cleanup_runs():
                 os.kill(os.getpid(), signal.SIGTERM)
             finally:
                 cleaned.append(True)
-    assert stop.value.code == 128 + signal.SIGTERM and cleaned == [True]
+    assert stop.value.code == 128 + signal.SIGTERM and cleaned == [True] and removed == [True]
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
