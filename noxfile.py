@@ -15,6 +15,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from harness import build as builds  # noqa: E402
 from harness import flows  # noqa: E402
 from harness.errors import HarnessError  # noqa: E402
 
@@ -23,11 +24,10 @@ nox.options.default_venv_backend = "venv"
 nox.options.reuse_venv = "yes"
 nox.options.sessions = ["tests"]
 
-CIBUILDWHEEL = "cibuildwheel==4.3.5"
 
 
 def _cibuildwheel(session: nox.Session) -> list[str]:
-    session.install(CIBUILDWHEEL)
+    session.install(builds.CIBUILDWHEEL)
     return [f"{session.bin}/cibuildwheel"]
 
 

@@ -29,6 +29,7 @@ from harness.images import ImageSpec
 from harness.targets import Target
 
 PROJECT = "moe_kernels"
+CIBUILDWHEEL = "cibuildwheel==4.3.5"  # what the nox sessions install
 
 
 # Files that never reach the wheel: changing them rebuilds nothing. Anything else
@@ -169,9 +170,8 @@ def build_wheel(
     build_image = images["build"].tag
     pyproject = tomllib.loads((repo / "pyproject.toml").read_text())
     files = source_files(repo)
-    # The tool's version, not its path: nox -s build and nox -s matrix share wheels.
-    version = subprocess.run([*cibuildwheel, "--version"], check=True, capture_output=True, text=True)
-    inputs = inputs_hash(repo, build_inputs(files), build_image, version.stdout.strip())
+    # The pinned tool, not its path: nox -s build and nox -s matrix share wheels.
+    inputs = inputs_hash(repo, build_inputs(files), build_image, CIBUILDWHEEL)
     stamp = stamps / f"{target.arch}.json"
     wheelhouse.mkdir(parents=True, exist_ok=True)
     remove_partial_outputs(wheelhouse)
