@@ -14,7 +14,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from harness import wheels
+from harness import host, wheels
 from harness.targets import Target
 
 REPO = Path(__file__).resolve().parent.parent
@@ -35,10 +35,7 @@ def ensure_compiler(target: Target) -> None:
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         raise CrossSetupError(f"{compiler} is not installed; run as root: apt-get install -y {package}")
     print(f"cross: apt-get install -y {package}", flush=True)
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update"], check=True, env=env, stdout=subprocess.DEVNULL)
-    subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", package], check=True, env=env,
-                   stdout=subprocess.DEVNULL)
+    host.apt_install([package])
 
 
 def torch_dir(target: Target, cache: Path) -> Path:

@@ -135,7 +135,7 @@ def observe(needs: Needs) -> HostState:
     )
 
 
-def _apt_install(packages: list[str]) -> None:
+def apt_install(packages: list[str]) -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update"], check=True, env=env)
     subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", *packages], check=True, env=env)
@@ -183,7 +183,7 @@ def plan(state: HostState) -> list[Action]:
         actions.append(
             Action(
                 f"apt-get update && apt-get install -y --no-install-recommends {' '.join(packages)}",
-                lambda: _apt_install(packages),
+                lambda: apt_install(packages),
             )
         )
     if not state.docker_answers:

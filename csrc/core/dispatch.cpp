@@ -5,7 +5,6 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/packing.h"
 #include "moe_kernels.h"
 
 namespace moe_kernels {
@@ -58,10 +57,6 @@ std::vector<std::string> supported_isas() {
     if (level.supported) names.emplace_back(level.name);
   }
   return names;
-}
-
-int64_t packed_nbytes(int64_t rows, int64_t cols, at::ScalarType dtype) {
-  return packed_block_nbytes(rows, cols, dtype);
 }
 
 }  // namespace moe_kernels

@@ -189,7 +189,7 @@ class ExpertGemm {
     const int32_t* row_sums = nullptr;
     const uint8_t* base = w_.expert_rows(expert, &ld, &row_sums);
     // Padded operands (packed rows, dequantized tiles) run tail-free over a.ld.
-    const bool dequantize = w_.dtype == at::kHalf || w_.dtype == at::kFloat8_e4m3fn;
+    const bool dequantize = dequantizes();
     const int64_t k = (w_.packed || dequantize) ? a.ld : w_.cols;
     switch (compute_) {
       case ComputeType::kInt8: {
@@ -225,6 +225,19 @@ class ExpertGemm {
 
   // Rows of weight values one tile may dequantize at once.
   static constexpr int64_t kMaxTileRows = std::max(2 * kInterBlock, kHiddenBlock);
+
+  // fp16 and fp8 weights are widened tile by tile into scratch before the GEMM.
+  bool dequantizes() const { return w_.dtype == at::kHalf || w_.dtype == at::kFloat8_e4m3fn; }
+
+  // One thread's scratch: output tiles, and a weight tile only where this operand needs one.
+  Scratch scratch(int64_t ld) const {
+    Scratch s;
+    if (dequantizes() && compute_ == ComputeType::kBF16) s.weights_bf16 = aligned_buffer<uint16_t>(kMaxTileRows * ld);
+    if (dequantizes() && compute_ == ComputeType::kF32) s.weights_f32 = aligned_buffer<float>(kMaxTileRows * ld);
+    s.out0 = aligned_buffer<float>(kTokenChunk * kMaxTileRows);
+    s.out1 = aligned_buffer<float>(kTokenChunk * kMaxTileRows);
+    return s;
+  }
 
  private:
   // fp16 or fp8 (times its block scale) rows into a zero-padded tile.
@@ -308,15 +321,6 @@ std::vector<WorkItem> work_items(const Routing& routing, int64_t experts, int64_
   return items;
 }
 
-Scratch make_scratch(int64_t ld) {
-  Scratch s;
-  s.weights_f32 = aligned_buffer<float>(ExpertGemm::kMaxTileRows * ld);
-  s.weights_bf16 = aligned_buffer<uint16_t>(ExpertGemm::kMaxTileRows * ld);
-  s.out0 = aligned_buffer<float>(kTokenChunk * ExpertGemm::kMaxTileRows);
-  s.out1 = aligned_buffer<float>(kTokenChunk * ExpertGemm::kMaxTileRows);
-  return s;
-}
-
 }  // namespace
 
 const uint8_t* WeightOperand::expert_rows(int64_t expert, int64_t* ld, const int32_t** row_sums) const {
@@ -358,7 +362,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   const ExpertGemm gemm1(kernels, p, p.w1, p.compute);
   const auto items1 = work_items(routing, p.experts, N, kInterBlock);
   at::parallel_for(0, static_cast<int64_t>(items1.size()), 1, [&](int64_t begin, int64_t end) {
-    Scratch scratch = make_scratch(x.ld);
+    Scratch scratch = gemm1.scratch(x.ld);
     std::vector<float> row(kInterBlock);
     for (int64_t item = begin; item < end; ++item) {
       const auto [e, j0] = items1[item];
@@ -380,7 +384,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
     at::parallel_for(0, slots, 16, [&](int64_t begin, int64_t end) {
       for (int64_t s = begin; s < end; ++s) inter.store_row(p.compute, s, inter_f32.data() + s * inter.ld, N);
     });
-  } else if (p.compute == ComputeType::kF32 || p.compute == ComputeType::kBF16) {
+  } else {
     // Zero the padding past N so padded W2 operands can run over inter.ld.
     at::parallel_for(0, slots, 64, [&](int64_t begin, int64_t end) {
       for (int64_t s = begin; s < end; ++s) {
@@ -398,7 +402,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   const ExpertGemm gemm2(kernels, p, p.w2, p.compute);
   const auto items2 = work_items(routing, p.experts, K, kHiddenBlock);
   at::parallel_for(0, static_cast<int64_t>(items2.size()), 1, [&](int64_t begin, int64_t end) {
-    Scratch scratch = make_scratch(inter.ld);
+    Scratch scratch = gemm2.scratch(inter.ld);
     for (int64_t item = begin; item < end; ++item) {
       const auto [e, k0] = items2[item];
       const int64_t k1 = std::min(K, k0 + kHiddenBlock), width = k1 - k0;

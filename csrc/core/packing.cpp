@@ -8,6 +8,7 @@
 
 #include "core/kernels.h"
 #include "core/methods.h"
+#include "moe_kernels.h"
 
 namespace moe_kernels {
 namespace {
@@ -44,7 +45,7 @@ PackedHeader make_header(int64_t rows, int64_t cols, at::ScalarType dtype, PackA
 
 }  // namespace
 
-int64_t packed_block_nbytes(int64_t rows, int64_t cols, at::ScalarType dtype) {
+int64_t packed_nbytes(int64_t rows, int64_t cols, at::ScalarType dtype) {
   TORCH_CHECK(rows > 0 && cols > 0, "packed_nbytes: rows and cols must be positive, got ", rows,
               " and ", cols);
   const PackedHeader header = make_header(rows, cols, dtype, PackArch::kGeneric);
@@ -70,7 +71,7 @@ at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackA
                 " must be ", expected, ", got ", dtype);
   }
   const int64_t experts = weight.size(0), rows = weight.size(1), cols = weight.size(2);
-  const int64_t block_bytes = packed_block_nbytes(rows, cols, dtype);
+  const int64_t block_bytes = packed_nbytes(rows, cols, dtype);
   at::Tensor packed = at::empty({experts, block_bytes}, weight.options().dtype(at::kByte));
   const PackedHeader header = make_header(rows, cols, dtype, arch);
   const int64_t elem = c10::elementSize(dtype);
@@ -122,7 +123,7 @@ PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch a
               "fused_experts_cpu: ", name, " has a corrupt packed header (value type)");
   const PackedHeader expected = make_header(header.rows, header.cols, dtype, arch);
   TORCH_CHECK(header.rows > 0 && header.cols > 0 && std::memcmp(&header, &expected, sizeof(header)) == 0 &&
-                  packed.size(1) == packed_block_nbytes(header.rows, header.cols, dtype),
+                  packed.size(1) == packed_nbytes(header.rows, header.cols, dtype),
               "fused_experts_cpu: ", name, " has a corrupt packed header");
   for (int64_t e = 1; e < packed.size(0); ++e) {
     TORCH_CHECK(std::memcmp(base + e * packed.size(1), &header, sizeof(header)) == 0,

@@ -39,8 +39,6 @@ struct PackedView {
   int64_t ld;
 };
 
-int64_t packed_block_nbytes(int64_t rows, int64_t cols, at::ScalarType dtype);
-
 at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackArch arch);
 
 // Checks that `packed` (the argument called `name`) came from
