@@ -25,10 +25,9 @@ nox.options.reuse_venv = "yes"
 nox.options.sessions = ["tests"]
 
 
-
-def _cibuildwheel(session: nox.Session) -> list[str]:
-    session.install(builds.CIBUILDWHEEL)
-    return [f"{session.bin}/cibuildwheel"]
+def _build_tools(session: nox.Session) -> builds.Tools:
+    session.install(*builds.host_tool_requirements())
+    return builds.Tools(cibuildwheel=[f"{session.bin}/cibuildwheel"], python=f"{session.bin}/python")
 
 
 def _run(session: nox.Session, flow: Callable[..., bool | None], *args: object) -> None:
@@ -44,7 +43,7 @@ def _run(session: nox.Session, flow: Callable[..., bool | None], *args: object) 
 @nox.session
 def tests(session: nox.Session) -> None:
     """Host-side tests: the harness's unit tests and the aarch64 drift proofs (no Docker)."""
-    session.install("pytest", "packaging", "cmake", "ninja")
+    session.install("pytest", "packaging", "cmake", "ninja", "setuptools-scm")
     session.run("pytest", "tests/harness", "tests/drift", *session.posargs)
 
 
@@ -53,7 +52,7 @@ def kernels(session: nox.Session) -> None:
     """Build the package natively and run tests/kernels once per ISA level this CPU has."""
     from harness import native
 
-    session.install(native.host_torch_requirement(), "scikit-build-core", "cmake", "ninja",
+    session.install(native.host_torch_requirement(), *builds.backend_requirements(),
                     "numpy", "pytest", "pytest-xdist")
     session.install("--no-build-isolation", ".")
     native.run_kernel_suite(session, ["-n", "2", *session.posargs])
@@ -61,8 +60,8 @@ def kernels(session: nox.Session) -> None:
 
 @nox.session
 def build(session: nox.Session) -> None:
-    """Build the wheels with cibuildwheel into wheelhouse/ (-- --arch A, --force)."""
-    _run(session, flows.build, session.posargs, _cibuildwheel(session))
+    """Build the wheels into wheelhouse/ (-- --arch A, --builder cross|cibuildwheel, --force)."""
+    _run(session, flows.build, session.posargs, _build_tools(session))
 
 
 @nox.session(name="test-x86_64", python=False)
@@ -79,8 +78,8 @@ def test_arm64(session: nox.Session) -> None:
 
 @nox.session
 def matrix(session: nox.Session) -> None:
-    """Build and test every target (-- --arch A to pick); ends with reports/summary.md."""
-    _run(session, flows.matrix, session.posargs, _cibuildwheel(session))
+    """Build and test every target (-- --arch A, --builder B to pick); ends with reports/summary.md."""
+    _run(session, flows.matrix, session.posargs, _build_tools(session))
 
 
 @nox.session(default=False, tags=["lint"])
@@ -140,7 +139,7 @@ def bench(session: nox.Session) -> None:
     """
     from harness import native
 
-    session.install(native.host_torch_requirement(), "scikit-build-core", "cmake", "ninja", "numpy",
+    session.install(native.host_torch_requirement(), *builds.backend_requirements(), "numpy",
                     "matplotlib", "pytest")
     session.install("--no-build-isolation", ".")
     session.run("python", "-m", "pytest", "tests/bench", "-q", "-p", "no:cacheprovider")

@@ -1,15 +1,28 @@
 """Build-time metadata: pin the wheel to the torch release it is built against.
 
 The extension links libtorch's C++ API, whose ABI changes with every release,
-so a wheel built against torch X.Y.Z requires torch==X.Y.*.
+so a wheel built against torch X.Y.Z requires torch==X.Y.*. That torch is the
+one installed in the build environment, or, for a cross build, the unpacked
+target-architecture package named by MOE_TORCH_DIR (as CMakeLists.txt uses it).
 """
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
 from typing import Any
 
 
-def torch_requirement() -> str:
+def built_against() -> str:
+    """The version of the torch this build compiles against."""
+    cross_torch = os.environ.get("MOE_TORCH_DIR")
+    if cross_torch:
+        version_file = Path(cross_torch) / "version.py"
+        match = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", version_file.read_text(), re.M)
+        if match is None:
+            raise RuntimeError(f"MOE_TORCH_DIR: {version_file} does not give __version__")
+        return match.group(1)
     try:
         import torch
     except ImportError as exc:
@@ -17,7 +30,11 @@ def torch_requirement() -> str:
             "moe-kernels builds against the installed torch, but torch cannot be "
             "imported. Install torch first, then: pip install --no-build-isolation ."
         ) from exc
-    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    return torch.__version__
+
+
+def torch_requirement() -> str:
+    major, minor = built_against().split("+")[0].split(".")[:2]
     return f"torch=={major}.{minor}.*"
 
 

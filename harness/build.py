@@ -12,10 +12,13 @@ cibuildwheel version) are those of the wheel already in wheelhouse/.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import platform
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -23,13 +26,27 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from harness import console, containers
+from harness import console, containers, cross, versioning
 from harness.errors import HarnessError
 from harness.images import ImageSpec
 from harness.targets import Target
+from harness.wheels import requirement_lines
 
 PROJECT = "moe_kernels"
 CIBUILDWHEEL = "cibuildwheel==4.3.5"  # what the nox sessions install
+REPO = Path(__file__).resolve().parent.parent
+# The build backend on the host (cross builds, the version from git): the build
+# image's, at the same pins.
+HOST_BACKEND = ("scikit-build-core", "setuptools-scm", "cmake", "ninja")
+def backend_requirements(docker_dir: Path = REPO / "docker") -> list[str]:
+    """The build backend, pinned as in the build image: for builds on the host."""
+    pinned = requirement_lines(docker_dir / "requirements-build.txt")
+    return [line for line in pinned if re.split(r"[=<>!~ ;\[]", line, maxsplit=1)[0] in HOST_BACKEND]
+
+
+def host_tool_requirements(docker_dir: Path = REPO / "docker") -> list[str]:
+    """What the build sessions install on the host: cibuildwheel and the build backend."""
+    return [CIBUILDWHEEL, *backend_requirements(docker_dir)]
 
 
 # Files that never reach the wheel: changing them rebuilds nothing. Anything else
@@ -65,16 +82,25 @@ def stage(repo: Path, files: list[str], dest: Path) -> None:
         shutil.copy2(repo / name, dest / name)
 
 
-def cibuildwheel_env(target: Target, build_image: str, owner_labels: list[str]) -> dict[str, str]:
+def cibuildwheel_env(target: Target, build_image: str, owner_labels: list[str], version: str) -> dict[str, str]:
     """The per-target settings; the shared ones are in [tool.cibuildwheel]."""
     return {
         "CIBW_PLATFORM": "linux",
+        "CIBW_ENVIRONMENT": f"{versioning.VARIABLE}={shlex.quote(version)}",
         "CIBW_ARCHS": target.arch,
         "CIBW_BUILD": " ".join(f"{tag}-manylinux_{target.arch}" for tag in target.python_tags),
         f"CIBW_MANYLINUX_{target.arch.upper()}_IMAGE": build_image,
         # Labels let the next run remove the container of a killed build.
         "CIBW_CONTAINER_ENGINE": f"docker; create_args: {' '.join(owner_labels)}",
     }
+
+
+def built_by(wheel: Path, cache: Path) -> str:
+    """The builder whose last wheel is this very file, or "unknown"."""
+    for kept in cache.glob(f"*/{wheel.name}"):
+        if kept.read_bytes() == wheel.read_bytes():
+            return kept.parent.name.split("-", 1)[1]
+    return "unknown"
 
 
 def wheel_matches(name: str, arch: str) -> bool:
@@ -139,70 +165,143 @@ def check_tag(wheel: Path, target: Target, build_image: str, excluded: set[str])
 
 
 def publish(built: Path, wheelhouse: Path, arch: str) -> Path:
-    """Move the new wheel into wheelhouse/ atomically and drop older ones of the arch."""
+    """Put a built wheel into wheelhouse/ atomically and drop older ones of the arch."""
     final = wheelhouse / built.name
-    os.replace(built, final)
+    incoming = wheelhouse / f".partial-{os.getpid()}-{arch}-{built.name}"
+    shutil.copy2(built, incoming)
+    os.replace(incoming, final)
     for old in wheelhouse.glob("*.whl"):
         if old != final and wheel_matches(old.name, arch):
             old.unlink()
     return final
 
 
-def remove_partial_outputs(wheelhouse: Path) -> None:
-    """Temporary output directories of builds whose process is gone."""
-    for partial in wheelhouse.glob(".partial-*"):
-        pid = partial.name.split("-")[1]
-        if not Path(f"/proc/{pid}").exists():
-            shutil.rmtree(partial, ignore_errors=True)
+def remove_partial_outputs(*directories: Path) -> None:
+    """Temporary outputs (.partial-<pid>-...) of builds whose process is gone."""
+    for directory in directories:
+        for partial in directory.glob(".partial-*"):
+            pid = partial.name.split("-")[1]
+            if not Path(f"/proc/{pid}").exists():
+                if partial.is_dir():
+                    shutil.rmtree(partial, ignore_errors=True)
+                else:
+                    partial.unlink(missing_ok=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tools:
+    """The host-side programs builds use (installed by the nox session)."""
+
+    cibuildwheel: list[str]
+    python: str  # has the build backend (backend_requirements): cross builds, the version
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildJob:
+    target: Target
+    builder: str  # one of the target's builders
+    build_image: str
+    staged: Path  # the staged source tree
+    output: Path  # an empty directory for the repaired wheel
+    tools: Tools
+    version: str  # the project's version, from git
+
+
+def host_arch() -> str:
+    return platform.machine()
+
+
+def applies(builder: str, target: Target, host: str) -> bool:
+    """A cross build makes sense only for a foreign target; on its own arch, build natively."""
+    return builder != "cross" or host != target.arch
+
+
+def choose_builders(target: Target, requested: list[str], host: str) -> list[str]:
+    """The builders named on the command line that the target lists, else its first
+    that applies on this host (the table lists them in order of preference)."""
+    chosen = [name for name in requested if name in target.builders]
+    if chosen:
+        return chosen
+    return [next(name for name in target.builders if applies(name, target, host))]
+
+
+def build_with_cibuildwheel(job: BuildJob) -> None:
+    console.run_streamed(
+        [*job.tools.cibuildwheel, "--output-dir", str(job.output), "."],
+        f"build {job.target.arch}",
+        cwd=job.staged,
+        env=cibuildwheel_env(job.target, job.build_image, containers.label_args(), job.version),
+    )
+
+
+def builder_inputs(job: BuildJob) -> list[str]:
+    """What besides the sources decides the wheel a builder makes."""
+    if job.builder == "cross":
+        return [job.builder, job.build_image, *cross.toolchain_identity(job.target, job.tools.python, HOST_BACKEND)]
+    return [job.builder, job.build_image, CIBUILDWHEEL]
+
+
+def run_builder(job: BuildJob) -> None:
+    if job.builder == "cross":
+        cross.build_wheel(job)
+    else:
+        build_with_cibuildwheel(job)
 
 
 def build_wheel(
     target: Target,
+    builder: str,
     images: dict[str, ImageSpec],
     *,
     repo: Path,
     wheelhouse: Path,
-    stamps: Path,
-    cibuildwheel: list[str],
+    cache: Path,
+    tools: Tools,
     steps: console.StepLog,
     force: bool = False,
 ) -> Path:
+    """Build (or reuse) the target's wheel with one builder; return it in wheelhouse/.
+
+    Each builder keeps its last wheel and the hash of its inputs in cache/, so a
+    run that builds both ways reuses both when nothing changed.
+    """
     build_image = images["build"].tag
     pyproject = tomllib.loads((repo / "pyproject.toml").read_text())
     files = source_files(repo)
-    # The pinned tool, not its path: nox -s build and nox -s matrix share wheels.
-    inputs = inputs_hash(repo, build_inputs(files), build_image, CIBUILDWHEEL)
-    stamp = stamps / f"{target.arch}.json"
+    kept = cache / f"{target.arch}-{builder}"
+    stamp = kept / "inputs.json"
     wheelhouse.mkdir(parents=True, exist_ok=True)
-    remove_partial_outputs(wheelhouse)
-    with steps.step(f"build {target.arch}") as step, console.exclusive(stamps / f"{target.arch}.lock"):
-        if not force and stamp.exists():
-            recorded = json.loads(stamp.read_text())
-            if recorded["inputs"] == inputs and (wheelhouse / recorded["wheel"]).exists():
-                step.outcome = "reused"
-                print(f"{recorded['wheel']}: built from these very inputs, reused", flush=True)
-                return wheelhouse / recorded["wheel"]
-        partial = wheelhouse / f".partial-{os.getpid()}-{target.arch}"
-        try:
-            with tempfile.TemporaryDirectory(prefix="moe-kernels-stage-") as staged:
-                stage(repo, files, Path(staged))
-                console.run_streamed(
-                    [*cibuildwheel, "--output-dir", str(partial), "."],
-                    f"build {target.arch}",
-                    cwd=staged,
-                    env=cibuildwheel_env(target, build_image, containers.label_args()),
-                )
-            built = list(partial.glob("*.whl"))
-            if len(built) != 1 or not wheel_matches(built[0].name, target.arch):
-                raise RuntimeError(
-                    f"cibuildwheel made {[p.name for p in built]}, expected one "
-                    f"{PROJECT}-*-py3-none-manylinux_*_{target.arch}.whl"
-                )
-            check_tag(built[0], target, build_image, repair_excludes(pyproject))
-            wheel = publish(built[0], wheelhouse, target.arch)
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)
-        stamps.mkdir(parents=True, exist_ok=True)
-        stamp.write_text(json.dumps({"inputs": inputs, "wheel": wheel.name}) + "\n")
-        print(f"wheelhouse/{wheel.name}", flush=True)
+    kept.mkdir(parents=True, exist_ok=True)
+    remove_partial_outputs(wheelhouse, cache)
+    with steps.step(f"build {target.arch} ({builder})") as step, console.exclusive(cache / f"{target.arch}.lock"):
+        with tempfile.TemporaryDirectory(prefix="moe-kernels-stage-") as staged:
+            partial = cache / f".partial-{os.getpid()}-{target.arch}-{builder}"
+            job = BuildJob(target, builder, build_image, Path(staged), partial, tools,
+                           versioning.project_version(repo, tools.python))
+            inputs = inputs_hash(repo, build_inputs(files), job.version, *builder_inputs(job))
+            if not force and stamp.exists():
+                recorded = json.loads(stamp.read_text())
+                if recorded["inputs"] == inputs and (kept / recorded["wheel"]).exists():
+                    step.outcome = "reused"
+                    print(f"{recorded['wheel']}: built by {builder} from these very inputs, reused", flush=True)
+                    return publish(kept / recorded["wheel"], wheelhouse, target.arch)
+            try:
+                stage(repo, files, job.staged)
+                run_builder(job)
+                built = list(partial.glob("*.whl"))
+                if len(built) != 1 or not wheel_matches(built[0].name, target.arch):
+                    raise RuntimeError(
+                        f"{builder} made {[p.name for p in built]}, expected one "
+                        f"{PROJECT}-*-py3-none-manylinux_*_{target.arch}.whl"
+                    )
+                check_tag(built[0], target, build_image, repair_excludes(pyproject))
+                stamp.unlink(missing_ok=True)
+                for old in kept.glob("*.whl"):
+                    old.unlink()
+                os.replace(built[0], kept / built[0].name)
+            finally:
+                shutil.rmtree(partial, ignore_errors=True)
+        stamp.write_text(json.dumps({"inputs": inputs, "wheel": built[0].name}) + "\n")
+        wheel = publish(kept / built[0].name, wheelhouse, target.arch)
+        print(f"wheelhouse/{wheel.name} (built by {builder})", flush=True)
         return wheel

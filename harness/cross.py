@@ -1,52 +1,87 @@
-"""Compiling the op library for aarch64 with the host's cross compiler.
+"""Building for aarch64 with the host's cross compiler instead of under emulation.
 
-No emulation: Debian's g++-aarch64-linux-gnu against the headers and libraries
-of the aarch64 torch wheel (the target's torch requirement from the table),
-configured by cmake/aarch64-linux-gnu.cmake.
+Debian's g++-<triplet> compiles against the headers and libraries of the target
+architecture's torch wheel (the table's torch requirement), configured by
+cmake/<triplet>.cmake. The same scikit-build-core build as cibuildwheel's makes
+the wheel; `auditwheel repair` then runs in the target's build image, with the
+repair command of [tool.cibuildwheel], so the wheel is repaired and tagged
+exactly like the emulated build's. Only auditwheel runs under QEMU: seconds,
+where an emulated compile takes a quarter of an hour.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
+import tomllib
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from harness import host, wheels
+from harness import console, containers, host, versioning, wheels
+from harness.errors import HarnessError
 from harness.targets import Target
 
+if TYPE_CHECKING:
+    from harness.build import BuildJob
+
 REPO = Path(__file__).resolve().parent.parent
-TOOLCHAINS = {"aarch64": REPO / "cmake" / "aarch64-linux-gnu.cmake"}
-COMPILERS = {"aarch64": "aarch64-linux-gnu-g++"}
+TORCH_CACHE = REPO / ".cache" / "cross"
 
 
-class CrossSetupError(RuntimeError):
+class CrossSetupError(HarnessError):
     """The host cannot cross-compile; the message says what to install."""
+
+
+def toolchain_file(tree: Path, target: Target) -> Path:
+    return tree / "cmake" / f"{target.cross_triplet}.cmake"
+
+
+def compiler(target: Target) -> str:
+    return f"{target.cross_triplet}-g++"
 
 
 def ensure_compiler(target: Target) -> None:
     """Installs the cross compiler with apt where we can (root); otherwise says how."""
-    compiler = COMPILERS[target.arch]
-    if shutil.which(compiler) is not None:
+    if shutil.which(compiler(target)) is not None:
         return
-    package = f"g++-{target.arch}-linux-gnu"
+    package = f"g++-{target.cross_triplet}"
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        raise CrossSetupError(f"{compiler} is not installed; run as root: apt-get install -y {package}")
+        raise CrossSetupError(f"{compiler(target)} is not installed; run as root: apt-get install -y {package}")
     print(f"cross: apt-get install -y {package}", flush=True)
     host.apt_install([package])
 
 
-def torch_dir(target: Target, cache: Path) -> Path:
-    """The target's torch package (include/ and lib/), unpacked once into cache."""
+def toolchain_identity(target: Target, python: str, backend: Sequence[str]) -> list[str]:
+    """The versions that decide what a cross build makes: compiler, torch, build backend."""
+    ensure_compiler(target)
+    version = subprocess.run([compiler(target), "--version"], check=True, capture_output=True,
+                             text=True).stdout.splitlines()[0]
+    versions = subprocess.run(
+        [python, "-c", "import sys; from importlib.metadata import version; "
+                       "print(*(version(name) for name in sys.argv[1:]))", *backend],
+        capture_output=True, text=True,
+    )
+    if versions.returncode != 0:
+        raise CrossSetupError(f"{python} cannot run a cross build: pip install {' '.join(backend)}")
+    return [version, target.torch, versions.stdout.strip()]
+
+
+def torch_dir(target: Target, cache: Path = TORCH_CACHE) -> Path:
+    """The target's torch package (include/, lib/ and version.py), unpacked once into cache."""
     version = target.torch.split("==", 1)[1]
     unpacked = cache / f"torch-{version}-{target.arch}"
-    if (unpacked / "torch" / "include").is_dir():
+    if (unpacked / "torch" / "version.py").is_file():
         return unpacked / "torch"
     cache.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(unpacked, ignore_errors=True)  # from a version of this code that kept less
     with tempfile.TemporaryDirectory(dir=cache) as scratch:
         download = Path(scratch) / "wheel"
+        print(f"cross: fetching {target.torch} for {target.arch} (headers and libraries)", flush=True)
         subprocess.run(
             wheels.pip_download_command([target.torch], download, target, target.python_versions[0]),
             check=True,
@@ -55,19 +90,63 @@ def torch_dir(target: Target, cache: Path) -> Path:
         (wheel,) = download.glob("torch-*.whl")
         staging = Path(scratch) / "unpacked"
         with zipfile.ZipFile(wheel) as archive:
-            members = [n for n in archive.namelist() if n.startswith(("torch/include/", "torch/lib/"))]
+            members = [n for n in archive.namelist()
+                       if n.startswith(("torch/include/", "torch/lib/")) or n == "torch/version.py"]
             archive.extractall(staging, members)
         staging.rename(unpacked)  # atomic: a killed download leaves no half-unpacked torch
     return unpacked / "torch"
 
 
-def configure_command(source: Path, build_dir: Path, target: Target, torch: Path) -> list[str]:
-    return [
-        "cmake", "-S", str(source), "-B", str(build_dir), "-G", "Ninja",
-        f"-DCMAKE_TOOLCHAIN_FILE={TOOLCHAINS[target.arch]}",
-        f"-DMOE_TORCH_DIR={torch}",
-        "-DCMAKE_BUILD_TYPE=Release",
-    ]
+def cross_env(tree: Path, target: Target, torch: Path) -> dict[str, str]:
+    """What turns scikit-build-core's ordinary build into a cross build.
+
+    CMake takes the toolchain from CMAKE_TOOLCHAIN_FILE; CMakeLists.txt and the
+    torch pin (build_support/torch_pin.py) both take torch from MOE_TORCH_DIR;
+    scikit-build-core tags the wheel for _PYTHON_HOST_PLATFORM.
+    """
+    return {
+        "CMAKE_TOOLCHAIN_FILE": str(toolchain_file(tree, target)),
+        "MOE_TORCH_DIR": str(torch),
+        "_PYTHON_HOST_PLATFORM": f"linux-{target.arch}",
+        "CMAKE_BUILD_PARALLEL_LEVEL": str(os.cpu_count() or 1),
+    }
+
+
+def pip_wheel_command(python: str, tree: Path, output: Path) -> list[str]:
+    return [python, "-m", "pip", "wheel", "--verbose", "--no-build-isolation", "--no-deps",
+            "--wheel-dir", str(output), str(tree)]
+
+
+def repair_command(pyproject: Path, wheel: str, dest_dir: str) -> list[str]:
+    """[tool.cibuildwheel]'s repair-wheel-command, for one wheel: the same repair as cibuildwheel's."""
+    template = tomllib.loads(pyproject.read_text())["tool"]["cibuildwheel"]["repair-wheel-command"]
+    return [part.format(wheel=wheel, dest_dir=dest_dir) for part in shlex.split(template)]
+
+
+def build_wheel(job: BuildJob) -> None:
+    """Cross-compile the staged tree into a raw wheel, then repair it into job.output."""
+    target = job.target
+    ensure_compiler(target)
+    torch = torch_dir(target)
+    raw = job.output / "raw"
+    console.run_streamed(
+        pip_wheel_command(job.tools.python, job.staged, raw),
+        f"build {target.arch} cross",
+        env={**cross_env(job.staged, target, torch), versioning.VARIABLE: job.version},
+    )
+    (wheel,) = raw.glob("*.whl")
+    name = containers.container_name("repair", target.arch)
+    try:
+        console.run_streamed(
+            ["docker", "run", "--rm", f"--name={name}", *containers.label_args(),
+             f"--platform={target.platform}", "--network=none", f"--user={os.getuid()}:{os.getgid()}",
+             f"--volume={raw}:/raw:ro", f"--volume={job.output}:/out", job.build_image,
+             *repair_command(job.staged / "pyproject.toml", f"/raw/{wheel.name}", "/out")],
+            f"repair {target.arch}",
+        )
+    finally:
+        containers.remove(name)
+    shutil.rmtree(raw)
 
 
 def compile_sources(source: Path, build_dir: Path, target: Target, torch: Path,
@@ -79,8 +158,12 @@ def compile_sources(source: Path, build_dir: Path, target: Target, torch: Path,
     ensure_compiler(target)
     if shutil.which("ninja") is None:
         raise CrossSetupError("ninja is not installed; run: pip install ninja")
-    configure = subprocess.run(configure_command(source, build_dir, target, torch),
-                               capture_output=True, text=True)
+    configure = subprocess.run(
+        ["cmake", "-S", str(source), "-B", str(build_dir), "-G", "Ninja",
+         f"-DCMAKE_TOOLCHAIN_FILE={toolchain_file(source, target)}", f"-DMOE_TORCH_DIR={torch}",
+         "-DCMAKE_BUILD_TYPE=Release"],
+        capture_output=True, text=True,
+    )
     if configure.returncode != 0:
         return configure
     objects = [f"CMakeFiles/_ops.dir/{path}.o" for path in sources]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harness import build as builds
 from harness import console, containers, host, images, publish, suite
+from harness.errors import HarnessError
 from harness.summary import write_summary
 from harness.targets import Target, load_targets, select
 
@@ -27,19 +28,31 @@ class Options:
     arches: list[str]
     force: bool  # rebuild the wheel even when its inputs are unchanged
     pytest_args: list[str]
+    builders: list[str] = dataclasses.field(default_factory=list)  # empty: each target's default
 
 
 def parse_posargs(posargs: Sequence[str]) -> Options:
-    """`--arch A` (repeatable) and `--force`; anything else goes to pytest."""
+    """`--arch A`, `--builder B` (both repeatable) and `--force`; anything else goes to pytest."""
     parser = argparse.ArgumentParser(prog="nox -s <session> --", add_help=False)
     parser.add_argument("--arch", action="append", default=[])
+    parser.add_argument("--builder", action="append", default=[])
     parser.add_argument("--force", action="store_true")
     known, rest = parser.parse_known_args(list(posargs))
-    return Options(known.arch, known.force, rest)
+    return Options(known.arch, known.force, rest, known.builder)
 
 
 def _targets(arches: list[str]) -> list[Target]:
     return select(load_targets(REPO / "pyproject.toml"), arches)
+
+
+def builds_planned(targets: list[Target], requested: list[str], host: str) -> list[tuple[Target, str]]:
+    """(target, builder) pairs to build; a builder no selected target lists is an error."""
+    for name in requested:
+        if not any(name in target.builders for target in targets):
+            listed = "; ".join(f"{t.arch}: {', '.join(t.builders)}" for t in targets)
+            raise HarnessError(f"--builder {name}: no selected target builds that way ({listed})")
+    return [(target, builder) for target in targets
+            for builder in builds.choose_builders(target, requested, host)]
 
 
 def _prepare(targets: list[Target], steps: console.StepLog) -> None:
@@ -53,33 +66,55 @@ def _prepare(targets: list[Target], steps: console.StepLog) -> None:
         containers.remove_stale()
 
 
-def _build(target: Target, cibuildwheel: list[str], force: bool, steps: console.StepLog) -> Path:
+def _build(target: Target, builder: str, tools: builds.Tools, force: bool, steps: console.StepLog) -> Path:
     specs = images.ensure_images(target, WORK / "images", steps)
     return builds.build_wheel(
-        target, specs, repo=REPO, wheelhouse=WHEELHOUSE, stamps=WORK / "stamps",
-        cibuildwheel=cibuildwheel, steps=steps, force=force,
+        target, builder, specs, repo=REPO, wheelhouse=WHEELHOUSE, cache=WORK / "wheels",
+        tools=tools, steps=steps, force=force,
     )
 
 
-def _test(target: Target, wheel: Path, pytest_args: list[str], steps: console.StepLog) -> list[suite.RunRecord]:
+def _test(target: Target, builder: str, wheel: Path, pytest_args: list[str],
+          steps: console.StepLog) -> list[suite.RunRecord]:
     specs = images.ensure_images(target, WORK / "images", steps, upto="test")
     records = suite.run_suite(
-        target, test_image=specs["test"].tag, wheel=wheel, repo=REPO, reports=REPORTS,
+        target, builder, test_image=specs["test"].tag, wheel=wheel, repo=REPO, reports=REPORTS,
         steps=steps, pytest_args=pytest_args,
     )
     publish.record_tested(target, wheel, records, REPORTS)  # what publish may upload
     return records
 
 
-def build(posargs: Sequence[str], cibuildwheel: list[str]) -> None:
+def build_time_ratios(steps: console.StepLog) -> list[str]:
+    """For each arch built both ways in this run: how much faster the cross build was."""
+    built = {step.name: step.seconds for step in steps.steps
+             if step.name.startswith("build ") and step.outcome == "done"}
+    lines = []
+    for name, cross_seconds in built.items():
+        emulated = built.get(name.replace("(cross)", "(cibuildwheel)"))
+        if name.endswith("(cross)") and emulated and cross_seconds > 0:
+            arch = name.split()[1]
+            lines.append(f"{arch}: cross build {console.clock(cross_seconds)}, cibuildwheel build "
+                         f"{console.clock(emulated)}: the cross build is {emulated / cross_seconds:.1f}x faster")
+    return lines
+
+
+def _report_steps(steps: console.StepLog) -> None:
+    print("\n" + steps.table(), flush=True)
+    for line in build_time_ratios(steps):
+        print(line, flush=True)
+
+
+def build(posargs: Sequence[str], tools: builds.Tools) -> None:
     options = parse_posargs(posargs)
     targets = _targets(options.arches)
+    planned = builds_planned(targets, options.builders, builds.host_arch())
     steps = console.StepLog()
     with containers.terminate_as_exit():
         _prepare(targets, steps)
-        for target in targets:
-            _build(target, cibuildwheel, options.force, steps)
-    print("\n" + steps.table(), flush=True)
+        for target, builder in planned:
+            _build(target, builder, tools, options.force, steps)
+    _report_steps(steps)
 
 
 def test(arch: str, posargs: Sequence[str]) -> bool:
@@ -89,14 +124,16 @@ def test(arch: str, posargs: Sequence[str]) -> bool:
     steps = console.StepLog()
     with containers.terminate_as_exit():
         _prepare([target], steps)
-        records = _test(target, builds.find_wheel(WHEELHOUSE, arch), options.pytest_args, steps)
+        wheel = builds.find_wheel(WHEELHOUSE, arch)
+        records = _test(target, builds.built_by(wheel, WORK / "wheels"), wheel, options.pytest_args, steps)
     return write_summary(records, steps, REPORTS)
 
 
-def matrix(posargs: Sequence[str], cibuildwheel: list[str]) -> bool:
-    """Build and test every target; a target that fails does not stop the others."""
+def matrix(posargs: Sequence[str], tools: builds.Tools) -> bool:
+    """Build and test every target (with each builder asked for); a failure does not stop the rest."""
     options = parse_posargs(posargs)
     targets = _targets(options.arches)
+    planned = builds_planned(targets, options.builders, builds.host_arch())
     steps = console.StepLog()
     records: list[suite.RunRecord] = []
     with containers.terminate_as_exit(), ThreadPoolExecutor(max_workers=1) as background:
@@ -109,19 +146,22 @@ def matrix(posargs: Sequence[str], cibuildwheel: list[str]) -> bool:
                 for target in targets:
                     if target.runner == "qemu":
                         background.submit(_background_images, target, steps)
-            for target in targets:
+            for target, builder in planned:
                 try:
-                    wheel = _build(target, cibuildwheel, options.force, steps)
-                    records += _test(target, wheel, options.pytest_args, steps)
-                except Exception as error:  # reported in the summary, then the next target
+                    wheel = _build(target, builder, tools, options.force, steps)
+                    records += _test(target, builder, wheel, options.pytest_args, steps)
+                except Exception as error:  # reported in the summary, then the next build
                     traceback.print_exc()
                     why = f"{type(error).__name__}: {str(error).splitlines()[0]}"
-                    records.append(suite.RunRecord.could_not_run(target, why[:200]))
+                    records.append(suite.RunRecord.could_not_run(target, builder, why[:200]))
             background.shutdown(wait=True)
         except BaseException:  # interrupted: stop the background work too
             console.stop_all()
             raise
-    return write_summary(records, steps, REPORTS)
+    ok = write_summary(records, steps, REPORTS)
+    for line in build_time_ratios(steps):
+        print(line, flush=True)
+    return ok
 
 
 def _background_images(target: Target, steps: console.StepLog) -> None:

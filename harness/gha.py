@@ -3,8 +3,9 @@
 `nox -s gha-matrix` prints it as JSON; the workflows read it with fromJSON, so
 adding a target to [tool.moe-kernels.targets] adds its CI jobs. Every target
 builds and tests on a runner of its own architecture ("native"); a target whose
-table runner is qemu also gets an "emulated" job on an x86_64 runner, which is
-the path this harness takes on a developer's machine (CPU models via QEMU_CPU).
+table runner is qemu also gets "emulated" jobs on an x86_64 runner, one per
+builder in its row (the cross build and cibuildwheel under QEMU): the paths this
+harness takes on a developer's machine (CPU models via QEMU_CPU).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.build import choose_builders
 from harness.targets import Target, load_targets
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,14 +31,16 @@ TEST_SESSIONS = {"x86_64": "test-x86_64", "aarch64": "test-arm64"}
 
 def matrix(targets: Mapping[str, Target]) -> dict[str, Any]:
     native = [
-        {"arch": arch, "os": RUNNERS[arch], "test-session": TEST_SESSIONS[arch], "mode": "native"}
-        for arch in targets
+        {"arch": arch, "os": RUNNERS[arch], "test-session": TEST_SESSIONS[arch], "mode": "native",
+         "builder": choose_builders(target, [], arch)[0]}
+        for arch, target in targets.items()
     ]
     emulated = [
         {"arch": arch, "os": EMULATING_RUNNER, "test-session": TEST_SESSIONS[arch], "mode": "qemu",
-         "cpu-models": " ".join(model.name for model in target.cpu_models)}
+         "builder": builder, "cpu-models": " ".join(model.name for model in target.cpu_models)}
         for arch, target in targets.items()
         if target.runner == "qemu"
+        for builder in target.builders
     ]
     return {"native": {"include": native}, "emulated": {"include": emulated}}
 

@@ -53,12 +53,13 @@ def planned_runs(target: Target, supported_isas: list[str] | None = None) -> lis
     ]
 
 
-def _mounts(repo: Path, wheelhouse: Path) -> list[str]:
+def _mounts(repo: Path, wheel: Path) -> list[str]:
     return [
         f"--volume={repo / 'tests'}:/src/tests:ro",
         # the suite's pytest settings, and nothing else of the source tree
         f"--volume={repo / 'pyproject.toml'}:/src/pyproject.toml:ro",
-        f"--volume={wheelhouse}:/wheelhouse:ro",
+        # the file, not wheelhouse/: a wheel replaced there meanwhile does not change under the run
+        f"--volume={wheel}:/wheelhouse/{wheel.name}:ro",
         f"--volume={DOCKER_DIR / 'run-kernel-suite.sh'}:/harness/run-kernel-suite.sh:ro",
     ]
 
@@ -77,7 +78,7 @@ def docker_run_command(
         "docker", "run", "--rm", f"--name={name}", *containers.label_args(),
         f"--platform={run.target.platform}", "--network=none",
         *(f"--env={key}={value}" for key, value in run.env),
-        *_mounts(repo, wheel.parent),
+        *_mounts(repo, wheel),
         f"--volume={report_dir}:/report",
         "--workdir=/src",
         image,
@@ -96,7 +97,7 @@ def query_supported_isas(target: Target, image: str, wheel: Path, repo: Path) ->
     try:
         output = subprocess.run(
             ["docker", "run", "--rm", f"--name={name}", *containers.label_args(),
-             f"--platform={target.platform}", "--network=none", *_mounts(repo, wheel.parent),
+             f"--platform={target.platform}", "--network=none", *_mounts(repo, wheel),
              image, "bash", "-c", script, f"/wheelhouse/{wheel.name}"],
             check=True, capture_output=True, text=True, timeout=600,
         ).stdout
@@ -118,14 +119,16 @@ class RunRecord:
     wall_seconds: float
     report_dir: str
     failure: str = ""  # set when the run could not start (no image, no wheel)
+    builder: str = ""  # what made the wheel under test (cross, cibuildwheel)
 
     @classmethod
-    def could_not_run(cls, target: Target, why: str) -> RunRecord:
-        return cls(target.arch, target.runner, "-", "-", "", 1, 0.0, "", why)
+    def could_not_run(cls, target: Target, builder: str, why: str) -> RunRecord:
+        return cls(target.arch, target.runner, "-", "-", "", 1, 0.0, "", why, builder)
 
 
 def run_suite(
     target: Target,
+    builder: str,
     *,
     test_image: str,
     wheel: Path,
@@ -134,8 +137,8 @@ def run_suite(
     steps: console.StepLog,
     pytest_args: list[str],
 ) -> list[RunRecord]:
-    """Every planned run of the target; records land in reports/<target>/<run>/."""
-    target_reports = reports / target.arch
+    """Every planned run of the target; records land in reports/<target>/<builder>/<run>/."""
+    target_reports = reports / target.arch / builder
     shutil.rmtree(target_reports, ignore_errors=True)
     records = []
     if target.runner == "native":
@@ -143,7 +146,8 @@ def run_suite(
         print(f"{target.arch}: this CPU supports {', '.join(supported)}", flush=True)
         for level in target.isa_levels:
             if level not in supported:
-                records.append(RunRecord(target.arch, target.runner, "host", level, "", None, 0.0, ""))
+                records.append(RunRecord(target.arch, target.runner, "host", level, "", None, 0.0, "",
+                                         builder=builder))
         unlisted = [level for level in supported if level not in target.isa_levels]
         if unlisted:
             console.note(f"{target.arch}: the library supports {unlisted}, not in the table's isa-levels")
@@ -157,7 +161,7 @@ def run_suite(
             run, image=test_image, wheel=wheel, repo=repo, report_dir=report_dir, name=name,
             pytest_args=["-n", str(os.cpu_count() or 1), *pytest_args],
         )
-        with steps.step(f"test {run.target.arch} {run.cpu} {run.isa}"):
+        with steps.step(f"test {run.target.arch} ({builder}) {run.cpu} {run.isa}"):
             start = time.monotonic()
             try:
                 exit_code = console.run_streamed(
@@ -170,7 +174,7 @@ def run_suite(
         record = RunRecord(
             target.arch, target.runner, run.cpu, run.isa,
             isa_file.read_text().strip() if isa_file.exists() else "",
-            exit_code, wall, str(report_dir),
+            exit_code, wall, str(report_dir), builder=builder,
         )
         (report_dir / "run.json").write_text(json.dumps(dataclasses.asdict(record), indent=2) + "\n")
         records.append(record)

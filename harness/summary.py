@@ -80,14 +80,14 @@ def markdown(rows: list[Row], steps: StepLog) -> str:
     lines = [
         "## moe-kernels test matrix",
         "",
-        "| target | runner | CPU model | ISA path (expected / selected) | passed | failed | skipped | wall time | result |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- |",
+        "| target | wheel built by | runner | CPU model | ISA path (expected / selected) | passed | failed | skipped | wall time | result |",
+        "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- |",
     ]
     for row in rows:
         r, c = row.record, row.counts
         selected = r.isa_reported or "-"
         lines.append(
-            f"| {r.target} | {r.runner} | {r.cpu} | {r.isa} / {selected} | {c.passed} | "
+            f"| {r.target} | {r.builder or '-'} | {r.runner} | {r.cpu} | {r.isa} / {selected} | {c.passed} | "
             f"{c.failures} | {c.skipped} | {clock(r.wall_seconds)} | {row.result} |"
         )
     lines += ["", "### Steps", "", steps.table(), ""]

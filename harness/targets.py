@@ -27,13 +27,14 @@ class Arch:
     debian: str  # debootstrap --arch
     glibc_min_minor: int  # oldest manylinux_2_X tag that exists for the arch
     legacy_manylinux: tuple[tuple[str, int], ...]  # alias tags (manylinux2014 = 2_17)
+    cross_triplet: str = ""  # Debian's cross toolchain for the arch, where the harness uses one
 
 
 ARCHES = {
     "x86_64": Arch(
         "linux/amd64", "amd64", 5, (("manylinux2014", 17), ("manylinux2010", 12), ("manylinux1", 5))
     ),
-    "aarch64": Arch("linux/arm64", "arm64", 17, (("manylinux2014", 17),)),
+    "aarch64": Arch("linux/arm64", "arm64", 17, (("manylinux2014", 17),), "aarch64-linux-gnu"),
 }
 
 # The Debian suites the images can be made from: their CPython and glibc.
@@ -44,6 +45,9 @@ SUITES = {
 }
 
 RUNNERS = ("native", "qemu")
+# cibuildwheel: in the target's build image (emulated on a foreign host);
+# cross: the host's cross compiler against the target's torch (harness/cross.py).
+BUILDERS = ("cibuildwheel", "cross")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +67,11 @@ class Target:
     base_image: str = ""  # a registry image to start from instead of a debootstrap root
     isa_levels: tuple[str, ...] = ()  # native: every level to test where supported
     cpu_models: tuple[CpuModel, ...] = ()  # qemu: one test run per model
+    builders: tuple[str, ...] = ("cibuildwheel",)  # in order of preference
+
+    @property
+    def cross_triplet(self) -> str:
+        return ARCHES[self.arch].cross_triplet
 
     @property
     def debian_arch(self) -> str:
@@ -91,6 +100,7 @@ _KEYS: dict[str, tuple[str, type, bool]] = {
     "base-image": ("base_image", str, False),
     "isa-levels": ("isa_levels", list, False),
     "cpu-models": ("cpu_models", dict, False),
+    "builders": ("builders", list, False),
 }
 
 
@@ -159,6 +169,14 @@ def _parse_target(arch: str, row: Mapping[str, Any]) -> Target:
             raise TableError(f"{where}: cpu-models values must be ISA names ({', '.join(bad)})")
     fields["isa_levels"] = isa_levels
     fields["cpu_models"] = cpu_models
+    builders = tuple(fields.get("builders", ("cibuildwheel",)))
+    if not builders:
+        raise TableError(f"{where}: builders must name at least one of {', '.join(BUILDERS)}")
+    for builder in builders:
+        _one_of(where, "builder", builder, BUILDERS)
+    if "cross" in builders and not ARCHES[arch].cross_triplet:
+        raise TableError(f"{where}: the harness has no cross toolchain for {arch}")
+    fields["builders"] = builders
     return Target(**fields)
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import pytest
 
 from harness import build, console
 from harness.errors import HarnessError
+from harness.targets import parse_targets
 
 
 @pytest.fixture
@@ -51,9 +53,10 @@ def test_stage_copies_only_the_listed_files(repo, tmp_path):
 
 
 def test_cibuildwheel_env_per_target(arm):
-    env = build.cibuildwheel_env(arm, "moe-kernels-build:aarch64-abc", ["--label=o=1"])
+    env = build.cibuildwheel_env(arm, "moe-kernels-build:aarch64-abc", ["--label=o=1"], "1.2.dev3+g4")
     assert env == {
         "CIBW_PLATFORM": "linux",
+        "CIBW_ENVIRONMENT": "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_MOE_KERNELS=1.2.dev3+g4",
         "CIBW_ARCHS": "aarch64",
         "CIBW_BUILD": "cp311-manylinux_aarch64",
         "CIBW_MANYLINUX_AARCH64_IMAGE": "moe-kernels-build:aarch64-abc",
@@ -90,53 +93,110 @@ def test_publish_replaces_older_wheels_of_the_arch_only(tmp_path):
     other_arch = wheelhouse / "moe_kernels-0.0.9-py3-none-manylinux_2_28_x86_64.whl"
     for path in (old, other_arch):
         path.write_bytes(b"old")
-    built = wheelhouse / ".partial-1-aarch64" / "moe_kernels-0.1.0-py3-none-manylinux_2_28_aarch64.whl"
-    built.parent.mkdir()
-    built.write_bytes(b"new")
-    final = build.publish(built, wheelhouse, "aarch64")
-    assert final.read_bytes() == b"new" and not built.exists()
+    kept = tmp_path / "kept" / "moe_kernels-0.1.0-py3-none-manylinux_2_28_aarch64.whl"
+    kept.parent.mkdir()
+    kept.write_bytes(b"new")
+    final = build.publish(kept, wheelhouse, "aarch64")
+    assert final.read_bytes() == b"new" and kept.exists()  # the builder keeps its copy
     assert not old.exists() and other_arch.exists()
+    assert not list(wheelhouse.glob(".partial-*"))
 
 
 def test_partial_outputs_of_dead_runs_are_removed(tmp_path):
     dead = tmp_path / ".partial-999999999-aarch64"
+    dead_file = tmp_path / ".partial-999999999-aarch64-x.whl"
     alive = tmp_path / f".partial-{os.getpid()}-x86_64"
     for directory in (dead, alive):
         directory.mkdir()
         (directory / "half.whl").write_bytes(b"")
+    dead_file.write_bytes(b"")
     build.remove_partial_outputs(tmp_path)
-    assert not dead.exists() and alive.exists()
+    assert not dead.exists() and not dead_file.exists() and alive.exists()
 
 
-def test_a_failed_build_leaves_no_wheel_and_a_good_one_is_reused(repo, tmp_path, arm, monkeypatch):
-    wheelhouse, stamps = tmp_path / "wheelhouse", tmp_path / "stamps"
-    images = {"build": type("Spec", (), {"tag": "moe-kernels-build:aarch64-x"})()}
-    runs = []
+@pytest.mark.parametrize(
+    ("requested", "host", "chosen"),
+    [
+        ([], "x86_64", ["cross"]),  # the table's first choice, where it applies
+        ([], "aarch64", ["cibuildwheel"]),  # no cross build on the target's own arch
+        (["cibuildwheel"], "x86_64", ["cibuildwheel"]),
+        (["cibuildwheel", "cross"], "x86_64", ["cibuildwheel", "cross"]),
+    ],
+)
+def test_choose_builders(make_table, requested, host, chosen):
+    arm = parse_targets(make_table())["aarch64"]
+    arm = dataclasses.replace(arm, builders=("cross", "cibuildwheel"))
+    assert build.choose_builders(arm, requested, host) == chosen
 
-    def fake_cibuildwheel(argv, label, *, cwd, env, **kwargs):
-        runs.append(argv)
-        out = Path(argv[argv.index("--output-dir") + 1])
-        out.mkdir(parents=True)
-        (out / "moe_kernels-0.1.0-py3-none-manylinux_2_28_aarch64.whl").write_bytes(b"whl")
-        if len(runs) == 1:
-            raise console.CommandFailed(label, argv, 1)
-        return 0
 
-    monkeypatch.setattr(console, "run_streamed", fake_cibuildwheel)
+def test_host_tools_pin_the_cross_backend_as_the_build_image_does(tmp_path):
+    (tmp_path / "requirements-build.txt").write_text(
+        "auditwheel==6.8.2\ncmake==4.4.5  # the compile\nninja==1.13.2\nscikit-build-core==1.1.2\n"
+    )
+    assert build.host_tool_requirements(tmp_path) == [
+        build.CIBUILDWHEEL, "cmake==4.4.5", "ninja==1.13.2", "scikit-build-core==1.1.2"
+    ]
+
+
+WHEEL = "moe_kernels-0.1.0-py3-none-manylinux_2_28_aarch64.whl"
+
+
+def fake_builder(runs, fail_first=True):
+    """Stands in for cibuildwheel: writes a wheel into its output, fails on the first call."""
+
+    def run(job):
+        runs.append(job.builder)
+        job.output.mkdir(parents=True)
+        (job.output / WHEEL).write_bytes(f"{job.builder} {len(runs)}".encode())
+        if fail_first and len(runs) == 1:
+            raise console.CommandFailed("build", ["cibuildwheel"], 1)
+
+    return run
+
+
+@pytest.fixture
+def build_kwargs(repo, tmp_path, monkeypatch):
     audited = []
     monkeypatch.setattr(build, "check_tag", lambda wheel, *args: audited.append((wheel.name, args[2])))
-    kwargs = dict(repo=repo, wheelhouse=wheelhouse, stamps=stamps, cibuildwheel=["cibuildwheel"],
-                  steps=console.StepLog())
+    monkeypatch.setattr(build, "builder_inputs", lambda job: [job.builder, job.build_image])
+    monkeypatch.setattr(build.versioning, "project_version", lambda repo, python: "0.1.0")
+    return dict(repo=repo, wheelhouse=tmp_path / "wheelhouse", cache=tmp_path / "cache",
+                tools=build.Tools(["cibuildwheel"], "python"), steps=console.StepLog(), audited=audited)
+
+
+def test_a_failed_build_leaves_no_wheel_and_a_good_one_is_reused(arm, build_kwargs, monkeypatch):
+    images = {"build": type("Spec", (), {"tag": "moe-kernels-build:aarch64-x"})()}
+    runs = []
+    monkeypatch.setattr(build, "run_builder", fake_builder(runs))
+    audited = build_kwargs.pop("audited")
+    wheelhouse, cache = build_kwargs["wheelhouse"], build_kwargs["cache"]
     with pytest.raises(console.CommandFailed):
-        build.build_wheel(arm, images, **kwargs)
-    assert list(wheelhouse.iterdir()) == []
-    wheel = build.build_wheel(arm, images, **kwargs)
-    assert wheel.parent == wheelhouse and json.loads((stamps / "aarch64.json").read_text())["wheel"] == wheel.name
-    assert build.build_wheel(arm, images, **kwargs) == wheel
-    assert len(runs) == 2 and kwargs["steps"].steps[-1].outcome == "reused"
-    assert audited[-1] == (wheel.name, {"libtorch.so", "libc10.so"})
-    build.build_wheel(arm, images, **kwargs, force=True)
+        build.build_wheel(arm, "cibuildwheel", images, **build_kwargs)
+    assert list(wheelhouse.iterdir()) == [] and not list(cache.glob(".partial-*"))
+    wheel = build.build_wheel(arm, "cibuildwheel", images, **build_kwargs)
+    assert wheel == wheelhouse / WHEEL
+    assert json.loads((cache / "aarch64-cibuildwheel" / "inputs.json").read_text())["wheel"] == WHEEL
+    assert build.build_wheel(arm, "cibuildwheel", images, **build_kwargs) == wheel
+    assert runs == ["cibuildwheel"] * 2 and build_kwargs["steps"].steps[-1].outcome == "reused"
+    assert audited[-1] == (WHEEL, {"libtorch.so", "libc10.so"})
+    build.build_wheel(arm, "cibuildwheel", images, **build_kwargs, force=True)
     assert len(runs) == 3
+
+
+def test_each_builder_keeps_its_own_wheel(arm, build_kwargs, monkeypatch):
+    images = {"build": type("Spec", (), {"tag": "moe-kernels-build:aarch64-x"})()}
+    runs = []
+    monkeypatch.setattr(build, "run_builder", fake_builder(runs, fail_first=False))
+    build_kwargs.pop("audited")
+    wheelhouse, cache = build_kwargs["wheelhouse"], build_kwargs["cache"]
+    build.build_wheel(arm, "cross", images, **build_kwargs)
+    build.build_wheel(arm, "cibuildwheel", images, **build_kwargs)
+    assert (wheelhouse / WHEEL).read_bytes() == b"cibuildwheel 2"
+    assert build.built_by(wheelhouse / WHEEL, cache) == "cibuildwheel"
+    # Switching back reuses the cross wheel instead of building it again.
+    build.build_wheel(arm, "cross", images, **build_kwargs)
+    assert runs == ["cross", "cibuildwheel"] and (wheelhouse / WHEEL).read_bytes() == b"cross 1"
+    assert build.built_by(wheelhouse / WHEEL, cache) == "cross"
 
 
 SHOW = {

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
 import pytest
 
 from harness import console, flows, native
+from harness.errors import HarnessError
 
 
 def test_posargs_split_between_harness_and_pytest():
@@ -13,6 +15,33 @@ def test_posargs_split_between_harness_and_pytest():
     assert options.arches == ["aarch64"] and options.force
     assert options.pytest_args == ["-k", "int8", "-x"]
     assert flows.parse_posargs([]) == flows.Options([], False, [])
+    both = flows.parse_posargs(["--builder", "cross", "--builder", "cibuildwheel"])
+    assert both.builders == ["cross", "cibuildwheel"] and both.pytest_args == []
+
+
+def test_builds_planned_per_target_and_builder(targets):
+    arm = dataclasses.replace(targets["aarch64"], builders=("cross", "cibuildwheel"))
+    x86 = targets["x86_64"]
+    assert flows.builds_planned([x86, arm], [], "x86_64") == [(x86, "cibuildwheel"), (arm, "cross")]
+    # A builder that only some targets list applies to those; the others keep their default.
+    assert flows.builds_planned([x86, arm], ["cibuildwheel", "cross"], "x86_64") == [
+        (x86, "cibuildwheel"), (arm, "cibuildwheel"), (arm, "cross")
+    ]
+    with pytest.raises(HarnessError, match="--builder cross: no selected target builds that way"):
+        flows.builds_planned([x86], ["cross"], "x86_64")
+
+
+def test_build_time_ratio_is_printed_when_an_arch_was_built_both_ways():
+    steps = console.StepLog([
+        console.StepTime("build aarch64 (cibuildwheel)", 1000.0, "done"),
+        console.StepTime("build aarch64 (cross)", 125.0, "done"),
+        console.StepTime("build x86_64 (cibuildwheel)", 80.0, "done"),
+    ])
+    assert flows.build_time_ratios(steps) == [
+        "aarch64: cross build 02:05, cibuildwheel build 16:40: the cross build is 8.0x faster"
+    ]
+    steps.steps[0].outcome = "reused"  # a reused wheel took no build time: no ratio
+    assert flows.build_time_ratios(steps) == []
 
 
 def test_native_suite_runs_once_per_level_forcing_and_expecting_it():

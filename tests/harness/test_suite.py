@@ -29,7 +29,7 @@ def test_docker_run_mounts_read_only_and_has_no_network(arm):
     assert "--platform=linux/arm64" in command and "--network=none" in command
     assert "--env=QEMU_CPU=cortex-a72" in command and "--env=MOE_KERNELS_EXPECT_ISA=neon" in command
     assert "--volume=/repo/tests:/src/tests:ro" in command
-    assert "--volume=/repo/wheelhouse:/wheelhouse:ro" in command
+    assert "--volume=/repo/wheelhouse/w.whl:/wheelhouse/w.whl:ro" in command
     assert "--volume=/repo/reports/r:/report" in command
     image_at = command.index("moe-kernels-test:aarch64-x")
     assert command[image_at + 1:] == [

@@ -21,7 +21,8 @@ def record(tmp_path, *, tests=10, failures=0, errors=0, skipped=2, exit_code=0, 
         (directory / "junit.xml").write_text(
             JUNIT.format(tests=tests, failures=failures, errors=errors, skipped=skipped)
         )
-    return RunRecord("aarch64", "qemu", "cortex-a72", isa, reported, exit_code, 75.0, str(directory))
+    return RunRecord("aarch64", "qemu", "cortex-a72", isa, reported, exit_code, 75.0, str(directory),
+                     builder="cross")
 
 
 def test_junit_counts(tmp_path):
@@ -55,19 +56,19 @@ def test_judge(tmp_path, kwargs, result):
 def test_unsupported_and_unrunnable(arm):
     unsupported = RunRecord("x86_64", "native", "host", "avx512_bf16", "", None, 0.0, "")
     assert judge(unsupported).result == "not supported by this CPU" and judge(unsupported).ok
-    broken = RunRecord.could_not_run(arm, "CommandFailed: build aarch64")
+    broken = RunRecord.could_not_run(arm, "cross", "CommandFailed: build aarch64")
     assert judge(broken).result == "FAILED: CommandFailed: build aarch64" and not judge(broken).ok
 
 
 def test_write_summary(tmp_path, monkeypatch):
     step_summary = tmp_path / "github-summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step_summary))
-    steps = console.StepLog([console.StepTime("build aarch64", 600.0, "done")])
+    steps = console.StepLog([console.StepTime("build aarch64 (cross)", 600.0, "done")])
     reports = tmp_path / "reports"
     assert write_summary([record(tmp_path)], steps, reports)
     text = (reports / "summary.md").read_text()
-    assert "| aarch64 | qemu | cortex-a72 | neon / neon | 8 | 0 | 2 | 01:15 | passed |" in text
-    assert "| build aarch64 | done | 10:00 |" in text
+    assert "| aarch64 | cross | qemu | cortex-a72 | neon / neon | 8 | 0 | 2 | 01:15 | passed |" in text
+    assert "| build aarch64 (cross) | done | 10:00 |" in text
     assert step_summary.read_text() == text
     data = json.loads((reports / "summary.json").read_text())
     assert data["ok"] and data["runs"][0]["passed"] == 8 and data["steps"][0]["seconds"] == 600.0
