@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import fnmatch
 import re
 
 from harness import gha
@@ -56,3 +57,32 @@ def test_workflows_read_the_matrix_with_fromjson_and_pin_actions_by_sha() -> Non
         for uses in re.findall(r"uses:\s*(\S+)", path.read_text()):
             if not uses.startswith("./"):
                 assert re.fullmatch(r"[\w.-]+/[\w./-]+@[0-9a-f]{40}", uses), f"{path.name}: {uses}"
+
+
+def _artifact_steps(text: str, action: str) -> list[str]:
+    """The name: or pattern: of every step that uses actions/<action>."""
+    found, inside = [], False
+    for line in text.splitlines():
+        if f"actions/{action}@" in line:
+            inside = True
+        elif inside and line.lstrip().startswith("- "):
+            inside = False
+        elif inside and (match := re.match(r"\s+(?:name|pattern):\s*(.+?)\s*$", line)):
+            found.append(match.group(1))
+            inside = False
+    return found
+
+
+def test_every_downloaded_artifact_is_uploaded_for_every_target() -> None:
+    """publish needs one wheel and one test record per target: the patterns that
+    release.yml and the publish tests download must match the names ci.yml uploads."""
+    ci = (REPO / ".github/workflows/ci.yml").read_text()
+    rows = [row for rows in gha.matrix(TARGETS).values() for row in rows["include"]]
+    uploaded = {re.sub(r"\$\{\{\s*matrix\.([\w-]+)\s*\}\}", lambda m, row=row: str(row[m.group(1)]), name)
+                for name in _artifact_steps(ci, "upload-artifact") for row in rows}
+    for path in WORKFLOWS:
+        for pattern in _artifact_steps(path.read_text(), "download-artifact"):
+            matched = fnmatch.filter(uploaded, pattern)
+            assert matched, f"{path.name}: no job uploads an artifact matching {pattern}"
+            if pattern.startswith(("wheel-", "reports-")):
+                assert {name.split("-")[1] for name in matched} == set(TARGETS), f"{path.name}: {pattern}"
