@@ -96,12 +96,8 @@ def publish(session: nox.Session) -> None:
     """Upload the tested wheels and the sdist to the index the environment names (-- --dry-run)."""
     from harness import publish as publishing
 
-    session.install(*publishing.REQUIREMENTS, publishing.torch_for_sdist())
-    try:
-        publishing.main(session.posargs, twine=[f"{session.bin}/python", "-m", "twine"],
-                        python=f"{session.bin}/python")
-    except publishing.PublishError as error:
-        session.error(str(error))
+    session.install(*publishing.requirements(sdist_build=publishing.needs_sdist_build()))
+    session.run("python", "-m", "harness.publish", *session.posargs)
 
 
 @nox.session(name="test-publish", default=False)
@@ -109,7 +105,7 @@ def test_publish(session: nox.Session) -> None:
     """Publish tests against a real local pypiserver; installs from it on every architecture."""
     from harness import publish as publishing
 
-    session.install(*publishing.REQUIREMENTS, *publishing.TEST_REQUIREMENTS, publishing.torch_for_sdist())
+    session.install(*publishing.requirements(sdist_build=True), *publishing.TEST_REQUIREMENTS)
     session.run("pytest", "tests/publish", *session.posargs)
 
 

@@ -39,7 +39,8 @@ from typing import Any
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
-from harness.build import PROJECT, wheel_matches
+from harness.build import PROJECT, backend_requirements, wheel_matches
+from harness.gha import TEST_SESSIONS
 from harness.suite import RunRecord
 from harness.targets import Target, load_targets
 
@@ -47,10 +48,8 @@ REPO = Path(__file__).resolve().parent.parent
 WHEELHOUSE = REPO / "wheelhouse"
 REPORTS = REPO / "reports"
 DISTRIBUTION = "moe-kernels"
-# What the publish session installs: twine to check and upload, build for the sdist.
-REQUIREMENTS = ("twine>=6.1", "build>=1.2", "packaging>=24", "scikit-build-core>=1.1", "setuptools-scm>=8")
 # What the publish tests add: a real index with htpasswd authentication.
-TEST_REQUIREMENTS = ("pytest", "pypiserver>=2.3", "passlib>=1.7", "cmake", "ninja")
+TEST_REQUIREMENTS = ("pytest", "pypiserver>=2.3", "passlib>=1.7")
 
 NO_DESTINATION = (
     "No destination index: nox -s publish never picks one by itself. Set either\n"
@@ -122,7 +121,7 @@ def record_tested(target: Target, wheel: Path, records: Sequence[RunRecord], rep
 def test_problems(target: Target, entry: Mapping[str, Any] | None) -> list[str]:
     """Why a manifest entry is not a passing test record for the target (empty: it is)."""
     if entry is None:
-        return ["no test record for this exact file (run its test session)"]
+        return [f"no test record for this exact file (nox -s {TEST_SESSIONS[target.arch]} tests it)"]
     runs = entry.get("runs", [])
     problems = [f"{run['cpu']}/{run['isa']}: {run['result']}" for run in runs
                 if run["result"].startswith("FAILED")]
@@ -170,7 +169,8 @@ def torch_pin_problem(wheel: Path, target: Target) -> str | None:
     return None
 
 
-def collect(targets: Mapping[str, Target], wheelhouse: Path, manifest: Mapping[str, Any]) -> list[Artifact]:
+def collect(targets: Mapping[str, Target], wheelhouse: Path, manifest: Mapping[str, Any],
+            allow_local_version: bool = False) -> list[Artifact]:
     """The wheels and sdist to publish, or PublishError listing every reason not to."""
     problems: list[str] = []
     artifacts: list[Artifact] = []
@@ -204,10 +204,11 @@ def collect(targets: Mapping[str, Target], wheelhouse: Path, manifest: Mapping[s
     if len(versions) > 1:
         problems.append(f"the files disagree on the version: {', '.join(versions)} (rebuild them from one commit)")
     for version in versions:
-        if Version(version).local:
+        if Version(version).local and not allow_local_version:
             problems.append(
-                f"version {version} is a local version (built from an untagged commit or a dirty tree); "
-                f"indexes refuse it: tag the release (git tag vX.Y.Z) and rebuild"
+                f"version {version} is a local version (built from an untagged commit or a dirty tree), "
+                f"which PyPI refuses: tag the release (git tag vX.Y.Z) and rebuild, or, for a private "
+                f"index that takes local versions, add --allow-local-version"
             )
     if problems:
         raise PublishError("Refusing to publish:\n  " + "\n  ".join(problems))
@@ -448,18 +449,42 @@ def upload(twine: Sequence[str], dest: Destination, plan: Plan, artifacts: Seque
 # --- the session ---------------------------------------------------------------------------
 
 
-def build_sdist(python: str, wheelhouse: Path, repo: Path = REPO) -> Path:
-    """Build the sdist into wheelhouse/ (once: a re-run must upload the same bytes)."""
-    existing = sorted(wheelhouse.glob(f"{PROJECT}-*.tar.gz"))
-    if existing:
-        return existing[-1]
+def wheel_versions(wheelhouse: Path) -> set[str]:
+    return {str(parse_wheel_filename(w.name)[1]) for w in wheelhouse.glob(f"{PROJECT}-*.whl")}
+
+
+def _sdists(wheelhouse: Path) -> dict[str, Path]:
+    """version -> sdist in wheelhouse/."""
+    return {str(parse_sdist_filename(p.name)[1]): p for p in wheelhouse.glob(f"{PROJECT}-*.tar.gz")}
+
+
+def needs_sdist_build(wheelhouse: Path = WHEELHOUSE) -> bool:
+    """Whether wheelhouse/'s wheels agree on a version whose sdist it lacks (one
+    built elsewhere, as in CI, is used as it is)."""
+    versions = wheel_versions(wheelhouse)
+    return len(versions) == 1 and versions.pop() not in _sdists(wheelhouse)
+
+
+def build_sdist(python: str, outdir: Path, repo: Path = REPO) -> Path:
+    """Build the tree's sdist into outdir; a killed build leaves no half file there."""
     with tempfile.TemporaryDirectory(prefix="moe-kernels-sdist-") as out:
         subprocess.run([python, "-m", "build", "--sdist", "--no-isolation", "--outdir", out, str(repo)], check=True)
         (built,) = Path(out).glob("*.tar.gz")
-        wheelhouse.mkdir(parents=True, exist_ok=True)
-        final = wheelhouse / built.name
-        os.replace(built, final)  # a killed build leaves no half sdist in wheelhouse/
+        outdir.mkdir(parents=True, exist_ok=True)
+        final = outdir / built.name
+        os.replace(built, final)
     return final
+
+
+def ensure_sdist(python: str, wheelhouse: Path) -> None:
+    """Build the sdist of the wheels' version when wheelhouse/ lacks it, replacing
+    sdists of other versions (earlier trees). Its builds are reproducible, so a
+    re-run after a failed upload uploads the same bytes."""
+    if needs_sdist_build(wheelhouse):
+        for stale in _sdists(wheelhouse).values():
+            print(f"removing {stale.name} from {wheelhouse.name}/: not the wheels' version", flush=True)
+            stale.unlink()
+        build_sdist(python, wheelhouse)
 
 
 def torch_for_sdist(pyproject: Path = REPO / "pyproject.toml") -> str:
@@ -474,11 +499,22 @@ def torch_for_sdist(pyproject: Path = REPO / "pyproject.toml") -> str:
     return targets[machine].torch
 
 
+def requirements(sdist_build: bool) -> list[str]:
+    """What the publish session installs: twine to check and upload and, when the
+    sdist is to be built, build, the backend at the wheels' pins and the host's torch."""
+    tools = ["twine>=6.1", "packaging>=24"]
+    if sdist_build:
+        tools += ["build>=1.2", *backend_requirements(), torch_for_sdist()]
+    return tools
+
+
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="nox -s publish --")
     parser.add_argument("--dry-run", action="store_true", help="show what would go where; upload nothing")
     parser.add_argument("--check-only", action="store_true",
                         help="only check the files (tested, twine check); no destination needed")
+    parser.add_argument("--allow-local-version", action="store_true",
+                        help="publish a local version (X.Y.devN+gHASH) to a private index that takes one")
     parser.add_argument("--wheelhouse", type=Path, default=WHEELHOUSE)
     parser.add_argument("--reports", type=Path, default=REPORTS)
     parser.add_argument("--pyproject", type=Path, default=REPO / "pyproject.toml")
@@ -494,13 +530,13 @@ def _table(artifacts: Iterable[Artifact], manifest: Mapping[str, Any], actions: 
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str], twine: Sequence[str] = (sys.executable, "-m", "twine"),
-         python: str = sys.executable, env: Mapping[str, str] = os.environ) -> None:
+def main(argv: Sequence[str]) -> None:
+    twine, env = (sys.executable, "-m", "twine"), os.environ
     args = parse_args(argv)
     targets = load_targets(args.pyproject)
-    build_sdist(python, args.wheelhouse)
+    ensure_sdist(sys.executable, args.wheelhouse)
     manifest = load_manifest(args.reports)
-    artifacts = collect(targets, args.wheelhouse, manifest)
+    artifacts = collect(targets, args.wheelhouse, manifest, args.allow_local_version)
     sdist = next(a for a in artifacts if not a.arch)
     if problems := sdist_problems(sdist.path):
         raise PublishError("Refusing to publish: " + "; ".join(problems))
@@ -528,7 +564,7 @@ def main(argv: Sequence[str], twine: Sequence[str] = (sys.executable, "-m", "twi
           f"({len(plan.upload)} uploaded, {len(plan.present)} already there)", flush=True)
 
 
-if __name__ == "__main__":  # python -m harness.publish [--dry-run]: what the session runs
+if __name__ == "__main__":  # what nox -s publish runs, in its venv
     try:
         main(sys.argv[1:])
     except PublishError as error:

@@ -9,6 +9,9 @@ import json
 import os
 from pathlib import Path
 
+from packaging.utils import parse_wheel_filename
+
+from harness import versioning
 from tests.publish.support import (
     PASSWORD,
     CuttingProxy,
@@ -16,6 +19,7 @@ from tests.publish.support import (
     Release,
     copy_release,
     free_port,
+    make_sdist,
     make_wheel,
     passing_runs,
     publish_env,
@@ -154,7 +158,7 @@ def test_untested_or_failed_wheels_are_refused(index: Index, release: Release) -
     manifest["wheels"] = {k: v for k, v in manifest["wheels"].items() if v["arch"] != "x86_64"}
     (release.reports / "manifest.json").write_text(json.dumps(manifest))
     result = run_publish(release, uploader_env(index))
-    assert "no test record for this exact file" in result.stderr
+    assert "no test record for this exact file (nox -s test-x86_64 tests it)" in result.stderr
     assert index.stored() == {}
 
 
@@ -181,3 +185,15 @@ def test_a_named_repository_from_pypirc(tmp_path: Path, index: Index, release: R
     assert index.stored() == _sha(release)
     missing = run_publish(release, env | {"TWINE_REPOSITORY": "nowhere"})
     assert missing.returncode == 1 and "Missing 'nowhere' section" in missing.stderr
+
+
+def test_an_sdist_of_another_version_is_replaced_by_the_trees(index: Index, release: Release) -> None:
+    """An sdist an earlier tree left in wheelhouse/ is not published: the tree's
+    own is built (here at the wheels' version) in its place."""
+    version = str(parse_wheel_filename(release.wheels["x86_64"].name)[1])
+    release.sdist.unlink()
+    stale = make_sdist(release.wheelhouse, version="0.0.1")
+    result = run_publish(release, uploader_env(index) | {versioning.VARIABLE: version}, "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert f"removing {stale.name}" in result.stdout and not stale.exists()
+    assert release.sdist.exists() and release.sdist.name in result.stdout
