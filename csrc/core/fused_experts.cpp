@@ -15,11 +15,9 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/util/BFloat16.h>
-#include <c10/util/Float8_e4m3fn.h>
 #include <c10/util/Half.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -31,6 +29,10 @@ namespace {
 constexpr int64_t kTokenChunk = 128;  // rows of a per GEMM call: bounds the fp32 tile buffers
 constexpr int64_t kInterBlock = 32;   // activation columns per phase-2 work item
 constexpr int64_t kHiddenBlock = 64;  // output columns per phase-3 work item
+// Up to this many rows of activations per expert, fp8 weights are widened in
+// registers by the GEMM itself (when the kernel set can): widening a tile once
+// costs more than redoing it for so few rows.
+constexpr int64_t kFusedFp8Rows = 4;
 
 int64_t round_up(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -47,18 +49,6 @@ std::unique_ptr<T[], AlignedFree> aligned_buffer(int64_t count) {
 }
 
 uint16_t to_bf16_bits(float value) { return c10::BFloat16(value).x; }
-
-const std::array<float, 256>& fp8_e4m3_table() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> values{};
-    for (int bits = 0; bits < 256; ++bits) {
-      values[bits] = static_cast<float>(c10::Float8_e4m3fn(static_cast<uint8_t>(bits),
-                                                           c10::Float8_e4m3fn::from_bits()));
-    }
-    return values;
-  }();
-  return table;
-}
 
 void quantize_row_int8(const float* x, int64_t n, int8_t* q, float* scale) {
   float amax = 0.f;
@@ -167,69 +157,97 @@ void load_row_f32(const at::Tensor& x, int64_t row, float* out) {
   }
 }
 
-// One thread's scratch for a work item: a dequantized weight tile and the
-// fp32 GEMM output tiles.
+// One thread's scratch for a work item: widened weight tiles and the fp32
+// GEMM output tiles.
 struct Scratch {
   std::unique_ptr<float[], AlignedFree> weights_f32;
   std::unique_ptr<uint16_t[], AlignedFree> weights_bf16;
   std::unique_ptr<float[], AlignedFree> out0, out1;
 };
 
-// Multiplies the `m` activation rows starting at `row` by rows [r0, r1) of
-// expert e's weight: c[i * (r1 - r0) + j], fp32.
+// Rows [r0, r1) of one expert's weight, in the form a GEMM kernel takes.
+struct WeightTile {
+  const uint8_t* values;
+  int64_t ld;
+  int64_t k;  // dot length: padded operands (packed rows, widened tiles) run tail-free
+  int64_t rows;
+  const int32_t* row_sums;     // INT8, may be null
+  const float* channel_scale;  // INT8
+  bool fp8 = false;            // raw fp8 values for gemm_bf16_fp8, with these scales
+  Fp8Scales fp8_scales{};
+};
+
+// Multiplies activation rows by tiles of expert weights: c[i * tile.rows + j], fp32.
 class ExpertGemm {
  public:
   ExpertGemm(const KernelSet& kernels, const MoeProblem& p, const WeightOperand& w, ComputeType compute)
       : kernels_(kernels), p_(p), w_(w), compute_(compute) {}
 
-  void run(const Activations& a, int64_t row, int64_t m, int64_t expert, int64_t r0, int64_t r1,
-           Scratch& scratch, float* c) const {
-    const int64_t n = r1 - r0;
+  // Rows [r0, r1) of expert e, for its m activation rows. fp16 and fp8 weights
+  // are widened into scratch rows [slot, slot + r1 - r0) once, for every token
+  // chunk that uses them; a_ld is the activations' padded width.
+  WeightTile tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, int64_t a_ld, Scratch& scratch,
+                  int64_t slot) const {
     int64_t ld = 0;
     const int32_t* row_sums = nullptr;
     const uint8_t* base = w_.expert_rows(expert, &ld, &row_sums);
-    // Padded operands (packed rows, dequantized tiles) run tail-free over a.ld.
-    const bool dequantize = dequantizes();
-    const int64_t k = (w_.packed || dequantize) ? a.ld : w_.cols;
+    const int64_t elem = c10::elementSize(w_.dtype);
+    WeightTile t{base + r0 * ld * elem, ld, w_.packed ? a_ld : w_.cols, r1 - r0,
+                 row_sums ? row_sums + r0 : nullptr,
+                 w_.channel_scale ? w_.channel_scale + expert * w_.rows + r0 : nullptr};
+    if (w_.dtype == at::kFloat8_e4m3fn && compute_ == ComputeType::kBF16 && kernels_.gemm_bf16_fp8 &&
+        m <= kFusedFp8Rows) {
+      // The logical width: block scales end there, padding or not.
+      t.k = w_.cols;
+      t.fp8 = true;
+      t.fp8_scales = {w_.block_scale + expert * w_.scale_rows * w_.scale_cols, w_.scale_cols, r0, p_.block_n,
+                      p_.block_k};
+    } else if (dequantizes()) {
+      if (compute_ == ComputeType::kBF16) {
+        uint16_t* out = scratch.weights_bf16.get() + slot * a_ld;
+        widen_rows(base, ld, expert, r0, r1, a_ld, out, kernels_.fp8_to_bf16, to_bf16_bits);
+        t.values = reinterpret_cast<const uint8_t*>(out);
+      } else {
+        float* out = scratch.weights_f32.get() + slot * a_ld;
+        widen_rows(base, ld, expert, r0, r1, a_ld, out, kernels_.fp8_to_f32, [](float v) { return v; });
+        t.values = reinterpret_cast<const uint8_t*>(out);
+      }
+      t.ld = t.k = a_ld;
+    }
+    return t;
+  }
+
+  // The `m` activation rows starting at `row` times the tile.
+  void run(const Activations& a, int64_t row, int64_t m, const WeightTile& w, float* c) const {
     switch (compute_) {
-      case ComputeType::kInt8: {
-        const auto* b = reinterpret_cast<const int8_t*>(base) + r0 * ld;
-        kernels_.gemm_s8(m, n, k, a.s8.get() + row * a.ld, a.ld, a.scale.get() + row, b, ld,
-                         w_.channel_scale + expert * w_.rows + r0, row_sums ? row_sums + r0 : nullptr,
-                         c, n);
+      case ComputeType::kInt8:
+        kernels_.gemm_s8(m, w.rows, w.k, a.s8.get() + row * a.ld, a.ld, a.scale.get() + row,
+                         reinterpret_cast<const int8_t*>(w.values), w.ld, w.channel_scale, w.row_sums, c,
+                         w.rows);
         break;
-      }
-      case ComputeType::kBF16: {
-        const uint16_t* b = reinterpret_cast<const uint16_t*>(base) + r0 * ld;
-        if (dequantize) {
-          dequantize_rows(base, ld, expert, r0, r1, a.ld, scratch.weights_bf16.get(), to_bf16_bits);
-          b = scratch.weights_bf16.get();
-          ld = a.ld;
+      case ComputeType::kBF16:
+        if (w.fp8) {
+          kernels_.gemm_bf16_fp8(m, w.rows, w.k, a.bf16.get() + row * a.ld, a.ld, w.values, w.ld, w.fp8_scales, c,
+                                 w.rows);
+          break;
         }
-        kernels_.gemm_bf16(m, n, k, a.bf16.get() + row * a.ld, a.ld, b, ld, c, n);
+        kernels_.gemm_bf16(m, w.rows, w.k, a.bf16.get() + row * a.ld, a.ld,
+                           reinterpret_cast<const uint16_t*>(w.values), w.ld, c, w.rows);
         break;
-      }
-      case ComputeType::kF32: {
-        const float* b = reinterpret_cast<const float*>(base) + r0 * ld;
-        if (dequantize) {
-          dequantize_rows(base, ld, expert, r0, r1, a.ld, scratch.weights_f32.get(),
-                          [](float v) { return v; });
-          b = scratch.weights_f32.get();
-          ld = a.ld;
-        }
-        kernels_.gemm_f32(m, n, k, a.f32.get() + row * a.ld, a.ld, b, ld, c, n);
+      case ComputeType::kF32:
+        kernels_.gemm_f32(m, w.rows, w.k, a.f32.get() + row * a.ld, a.ld,
+                          reinterpret_cast<const float*>(w.values), w.ld, c, w.rows);
         break;
-      }
     }
   }
 
-  // Rows of weight values one tile may dequantize at once.
+  // Rows of weight values one thread's scratch holds.
   static constexpr int64_t kMaxTileRows = std::max(2 * kInterBlock, kHiddenBlock);
 
   // fp16 and fp8 weights are widened tile by tile into scratch before the GEMM.
   bool dequantizes() const { return w_.dtype == at::kHalf || w_.dtype == at::kFloat8_e4m3fn; }
 
-  // One thread's scratch: output tiles, and a weight tile only where this operand needs one.
+  // One thread's scratch: output tiles, and weight tiles only where this operand needs them.
   Scratch scratch(int64_t ld) const {
     Scratch s;
     if (dequantizes() && compute_ == ComputeType::kBF16) s.weights_bf16 = aligned_buffer<uint16_t>(kMaxTileRows * ld);
@@ -240,10 +258,11 @@ class ExpertGemm {
   }
 
  private:
-  // fp16 or fp8 (times its block scale) rows into a zero-padded tile.
-  template <typename T, typename Convert>
-  void dequantize_rows(const uint8_t* base, int64_t ld, int64_t expert, int64_t r0, int64_t r1,
-                       int64_t ld_out, T* out, Convert convert) const {
+  // fp16 rows (converted here) or fp8 rows (times their block scales, by the
+  // kernel set) into a zero-padded tile.
+  template <typename T, typename Fp8Row, typename Convert>
+  void widen_rows(const uint8_t* base, int64_t ld, int64_t expert, int64_t r0, int64_t r1, int64_t ld_out,
+                  T* out, Fp8Row fp8_row, Convert convert) const {
     const int64_t cols = w_.cols;
     for (int64_t r = r0; r < r1; ++r) {
       T* dst = out + (r - r0) * ld_out;
@@ -251,15 +270,8 @@ class ExpertGemm {
         const auto* src = reinterpret_cast<const c10::Half*>(base) + r * ld;
         for (int64_t c = 0; c < cols; ++c) dst[c] = convert(static_cast<float>(src[c]));
       } else {
-        const auto& table = fp8_e4m3_table();
-        const uint8_t* src = base + r * ld;
-        const float* scales = w_.block_scale +
-                              (expert * w_.scale_rows + r / p_.block_n) * w_.scale_cols;
-        for (int64_t c0 = 0; c0 < cols; c0 += p_.block_k) {
-          const float s = scales[c0 / p_.block_k];
-          const int64_t c1 = std::min(cols, c0 + p_.block_k);
-          for (int64_t c = c0; c < c1; ++c) dst[c] = convert(table[src[c]] * s);
-        }
+        const float* scales = w_.block_scale + (expert * w_.scale_rows + r / p_.block_n) * w_.scale_cols;
+        fp8_row(cols, base + r * ld, scales, p_.block_k, dst);
       }
       std::fill(dst + cols, dst + ld_out, T{0});
     }
@@ -367,14 +379,15 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
     for (int64_t item = begin; item < end; ++item) {
       const auto [e, j0] = items1[item];
       const int64_t j1 = std::min(N, j0 + kInterBlock);
+      const bool halves = p.activation == Activation::kSiluAndMul;  // else gate and up interleave
+      const int64_t rows = routing.expert_begin[e + 1] - routing.expert_begin[e];
+      const WeightTile gate = halves ? gemm1.tile(e, j0, j1, rows, x.ld, scratch, 0)
+                                     : gemm1.tile(e, 2 * j0, 2 * j1, rows, x.ld, scratch, 0);
+      const WeightTile up = halves ? gemm1.tile(e, N + j0, N + j1, rows, x.ld, scratch, kInterBlock) : gate;
       for (int64_t s0 = routing.expert_begin[e]; s0 < routing.expert_begin[e + 1]; s0 += kTokenChunk) {
         const int64_t m = std::min(kTokenChunk, routing.expert_begin[e + 1] - s0);
-        if (p.activation == Activation::kSiluAndMul) {
-          gemm1.run(x, s0, m, e, j0, j1, scratch, scratch.out0.get());
-          gemm1.run(x, s0, m, e, N + j0, N + j1, scratch, scratch.out1.get());
-        } else {
-          gemm1.run(x, s0, m, e, 2 * j0, 2 * j1, scratch, scratch.out0.get());
-        }
+        gemm1.run(x, s0, m, gate, scratch.out0.get());
+        if (halves) gemm1.run(x, s0, m, up, scratch.out1.get());
         activate_block(p, e, j0, j1, m, scratch.out0.get(), scratch.out1.get(), row, inter, s0,
                        inter_f32.empty() ? nullptr : &inter_f32);
       }
@@ -407,10 +420,12 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
       const auto [e, k0] = items2[item];
       const int64_t k1 = std::min(K, k0 + kHiddenBlock), width = k1 - k0;
       const float* bias = p.w2.bias ? p.w2.bias + e * K : nullptr;
+      const WeightTile w =
+          gemm2.tile(e, k0, k1, routing.expert_begin[e + 1] - routing.expert_begin[e], inter.ld, scratch, 0);
       for (int64_t s0 = routing.expert_begin[e]; s0 < routing.expert_begin[e + 1]; s0 += kTokenChunk) {
         const int64_t m = std::min(kTokenChunk, routing.expert_begin[e + 1] - s0);
         float* c = scratch.out0.get();
-        gemm2.run(inter, s0, m, e, k0, k1, scratch, c);
+        gemm2.run(inter, s0, m, w, c);
         for (int64_t i = 0; i < m; ++i) {
           const float w = routing.weight[s0 + i];
           float* dst = y.get() + routing.flat[s0 + i] * K + k0;

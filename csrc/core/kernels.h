@@ -39,14 +39,46 @@ using GemmS8Fn = void (*)(int64_t m, int64_t n, int64_t k, const int8_t* a, int6
                           const float* a_scale, const int8_t* b, int64_t ldb,
                           const float* b_scale, const int32_t* b_sum, float* c, int64_t ldc);
 
+// One row of fp8 e4m3 weights times its block scales, widened for a GEMM:
+//     dst[c] = e4m3(src[c]) * scale[c / block_k] for c < cols,
+// rounded to bf16 (nearest even) or stored as fp32.
+using Fp8ToBF16Fn = void (*)(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
+                             uint16_t* dst);
+using Fp8ToF32Fn = void (*)(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
+                            float* dst);
+
+// Where row j of an fp8 GEMM operand finds its block scales: row row0 + j of
+// the weight, whose scale for values [q * block_k, (q + 1) * block_k) is
+// scale[((row0 + j) / block_n) * ld + q].
+struct Fp8Scales {
+  const float* scale;
+  int64_t ld, row0, block_n, block_k;
+};
+
+// c = a times fp8 e4m3 b with its block scales (rows of b as in the GEMMs above):
+//     c[i * ldc + j] = sum_p a[i * lda + p] * e4m3(b[j * ldb + p]) * scale of (j, p).
+// For few rows of a: b is widened on the fly, never stored.
+using GemmBF16Fp8Fn = void (*)(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
+                               const uint8_t* b, int64_t ldb, const Fp8Scales& scales, float* c,
+                               int64_t ldc);
+
 struct KernelSet {
   const char* isa;  // the name MOE_KERNELS_ISA and moe_kernels.isa() use
   GemmF32Fn gemm_f32;
   GemmBF16Fn gemm_bf16;
   GemmS8Fn gemm_s8;
+  Fp8ToBF16Fn fp8_to_bf16;
+  Fp8ToF32Fn fp8_to_f32;
+  GemmBF16Fp8Fn gemm_bf16_fp8;  // null: the driver widens fp8 tiles for gemm_bf16 instead
 };
 
 // The portable path: plain C++, built on every architecture.
 const KernelSet& kernels_generic();
+
+// Its fp8 conversions, for levels without their own.
+void fp8_to_bf16_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
+                         uint16_t* dst);
+void fp8_to_f32_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
+                        float* dst);
 
 }  // namespace moe_kernels

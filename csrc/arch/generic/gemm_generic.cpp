@@ -1,7 +1,9 @@
 // The portable kernels: plain loops the compiler may vectorize for the
 // architecture's baseline. Every architecture builds them (the "generic"
 // level), so the same answers are always one MOE_KERNELS_ISA away.
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/kernels.h"
 
@@ -13,6 +15,32 @@ float bf16_to_float(uint16_t bits) {
   float value;
   std::memcpy(&value, &widened, sizeof(value));
   return value;
+}
+
+uint16_t float_to_bf16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  return static_cast<uint16_t>((bits + 0x7fff + ((bits >> 16) & 1)) >> 16);
+}
+
+float e4m3_to_float(uint8_t bits) {
+  const int exponent = (bits >> 3) & 15, mantissa = bits & 7;
+  float value;
+  if ((bits & 0x7f) == 0x7f) {
+    value = std::numeric_limits<float>::quiet_NaN();
+  } else if (exponent == 0) {
+    value = std::ldexp(static_cast<float>(mantissa), -9);
+  } else {
+    value = std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);
+  }
+  return bits & 0x80 ? -value : value;
+}
+
+template <class T, class Convert>
+void fp8_row(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, T* dst,
+              Convert convert) {
+  for (int64_t c = 0; c < cols; ++c) dst[c] = convert(e4m3_to_float(src[c]) * scale[c / block_k]);
 }
 
 void gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
@@ -51,8 +79,19 @@ void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, cons
 
 }  // namespace
 
+void fp8_to_bf16_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
+                         uint16_t* dst) {
+  fp8_row(cols, src, scale, block_k, dst, float_to_bf16);
+}
+
+void fp8_to_f32_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
+                        float* dst) {
+  fp8_row(cols, src, scale, block_k, dst, [](float v) { return v; });
+}
+
 const KernelSet& kernels_generic() {
-  static const KernelSet kernels{"generic", gemm_f32, gemm_bf16, gemm_s8};
+  static const KernelSet kernels{"generic", gemm_f32, gemm_bf16, gemm_s8, fp8_to_bf16_generic,
+                                 fp8_to_f32_generic, nullptr};
   return kernels;
 }
 

@@ -210,7 +210,58 @@ void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, cons
   x86::gemm_tiled(t, m, n, k);
 }
 
-constexpr KernelSet kKernels{"avx2", gemm_f32, gemm_bf16, gemm_s8};
+// fp32 to bf16 bits in the low half of each lane, rounding to nearest even.
+MOE_X86_INLINE __m256i round_bf16(__m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  return _mm256_srli_epi32(_mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff))), 16);
+}
+
+MOE_X86_INLINE void store16(float* d, __m256 lo, __m256 hi) {
+  _mm256_storeu_ps(d, lo);
+  _mm256_storeu_ps(d + 8, hi);
+}
+
+MOE_X86_INLINE void store16(uint16_t* d, __m256 lo, __m256 hi) {
+  // packus interleaves 128-bit halves; the permute puts lo's values first.
+  const __m256i packed = _mm256_packus_epi32(round_bf16(lo), round_bf16(hi));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm256_permute4x64_epi64(packed, 0xd8));
+}
+
+// One fp8 row, 16 values at a time; block tails through zero-padded copies.
+template <class T>
+void fp8_row(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, T* dst) {
+  for (int64_t c0 = 0; c0 < cols; c0 += block_k) {
+    const int64_t c1 = cols - c0 < block_k ? cols : c0 + block_k;
+    const __m256 s = _mm256_set1_ps(x86::fp16_scale(scale[c0 / block_k]));
+    for (int64_t c = c0; c < c1; c += 16) {
+      const int rem = c1 - c >= 16 ? 16 : static_cast<int>(c1 - c);
+      const __m128i bytes = rem == 16 ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c))
+                                      : _mm_load_si128(reinterpret_cast<const __m128i*>(Padded<uint8_t, 16>(src + c, rem).v));
+      const __m256i h = x86::e4m3_to_fp16(_mm256_cvtepi8_epi16(bytes));
+      const __m256 lo = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), s);
+      const __m256 hi = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), s);
+      if (rem == 16) {
+        store16(dst + c, lo, hi);
+      } else {
+        alignas(32) T t[16];
+        store16(t, lo, hi);
+        std::memcpy(dst + c, t, rem * sizeof(T));
+      }
+    }
+  }
+}
+
+void fp8_to_bf16(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, uint16_t* dst) {
+  fp8_row(cols, src, scale, block_k, dst);
+}
+
+void fp8_to_f32(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, float* dst) {
+  fp8_row(cols, src, scale, block_k, dst);
+}
+
+constexpr KernelSet kKernels{"avx2", gemm_f32, gemm_bf16, gemm_s8, fp8_to_bf16, fp8_to_f32,
+                             nullptr};
 
 }  // namespace
 

@@ -190,7 +190,18 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, 
   x86::gemm_float<BF16, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc);
 }
 
-constexpr KernelSet kKernels{"avx512", avx512::gemm_f32, gemm_bf16, avx512::gemm_s8};
+// fp32 to bf16, rounding to nearest even (the values are finite or quiet NaN).
+void fp8_to_bf16(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, uint16_t* dst) {
+  x86::fp8_row_avx512(cols, src, scale, block_k, dst, [](uint16_t* d, __m512 v, __mmask16 lanes) {
+    const __m512i bits = _mm512_castps_si512(v);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+    const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+    _mm256_mask_storeu_epi16(d, lanes, _mm512_cvtepi32_epi16(_mm512_srli_epi32(rounded, 16)));
+  });
+}
+
+constexpr KernelSet kKernels{"avx512", avx512::gemm_f32, gemm_bf16, avx512::gemm_s8, fp8_to_bf16,
+                             avx512::fp8_to_f32, nullptr};
 
 }  // namespace
 
@@ -204,6 +215,11 @@ void avx512::gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t l
                      const int32_t* b_sum, float* c, int64_t ldc) {
   S8Tiles t{a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc, {}};
   x86::gemm_tiled(t, m, n, k);
+}
+
+void avx512::fp8_to_f32(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, float* dst) {
+  x86::fp8_row_avx512(cols, src, scale, block_k, dst,
+                      [](float* d, __m512 v, __mmask16 lanes) { _mm512_mask_storeu_ps(d, lanes, v); });
 }
 
 const KernelSet& kernels_avx512() { return kKernels; }

@@ -9,7 +9,7 @@
 
 #include "core/kernels.h"
 
-#if defined(__AVX512F__)
+#if defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -21,8 +21,10 @@ const KernelSet& kernels_avx2();
 const KernelSet& kernels_avx512();
 const KernelSet& kernels_avx512_bf16();
 
-// The avx512_bf16 level differs from avx512 in its bf16 GEMM only.
+// The avx512_bf16 level differs from avx512 in its bf16 GEMM and fp8 to bf16
+// conversion only.
 namespace avx512 {
+void fp8_to_f32(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, float* dst);
 void gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
               int64_t ldb, float* c, int64_t ldc);
 void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
@@ -42,6 +44,21 @@ namespace {
 //   sum_b(acc, b)       acc += the K-wise sum of b (only the VNNI int8 op)
 // Past rem, a tail load of b gives zeros; one of a may give any value (VNNI's
 // bias turns its zeros into 128).
+
+#if defined(__AVX2__)
+// e4m3 bytes, sign-extended to 16-bit lanes, as the fp16 bit patterns of
+// value * 2^-8: exponent and mantissa move into fp16's wider fields as they
+// are (the biases differ by 8), so every value converts exactly, denormals
+// included. The NaN pattern (exponent and mantissa all ones) becomes fp16 NaN.
+MOE_X86_INLINE __m256i e4m3_to_fp16(__m256i x) {
+  const __m256i h = _mm256_and_si256(_mm256_slli_epi16(x, 7), _mm256_set1_epi16(static_cast<short>(0xbf80)));
+  const __m256i nan = _mm256_cmpeq_epi16(_mm256_and_si256(h, _mm256_set1_epi16(0x7fff)), _mm256_set1_epi16(0x3f80));
+  return _mm256_or_si256(h, _mm256_and_si256(nan, _mm256_set1_epi16(0x7c00)));
+}
+
+// The fp32 scale that turns e4m3_to_fp16's values into weights.
+MOE_X86_INLINE float fp16_scale(float block_scale) { return block_scale * 256.f; }
+#endif
 
 // acc[r][c] (and bsum[c] when kSumB) for MR rows of a and NR rows of b,
 // reduced over K lane-wise; the caller reduces the lanes.
@@ -94,7 +111,7 @@ MOE_X86_INLINE void dot_tile(int64_t k, const TileRows<typename Op::T, MR, NR>& 
   int64_t p = 0;
   for (; p + Op::kStep <= k; p += Op::kStep) {
     if constexpr (MR == 1) {
-      for (int c = 0; c < NR; ++c) __builtin_prefetch(rows.b[c] + rows.ahead + p, 0, 2);
+      for (int c = 0; c < NR; ++c) __builtin_prefetch(rows.b[c] + rows.ahead + p, 0, 3);
     }
     dot_step<Op, MR, NR, kSumB, false>(rows.a, rows.b, p, 0, acc, bsum);
   }
@@ -239,6 +256,21 @@ MOE_X86_INLINE __m256i hsum8_epi32(const __v16si (&v)[8]) {
   const __m256i u1 = _mm256_hadd_epi32(t2, t3);
   return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
                           _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+// One fp8 row, 16 values at a time: store(dst + c, fp32 values, lane mask).
+template <class T, class Store>
+MOE_X86_INLINE void fp8_row_avx512(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
+                                   T* dst, Store store) {
+  for (int64_t c0 = 0; c0 < cols; c0 += block_k) {
+    const int64_t c1 = cols - c0 < block_k ? cols : c0 + block_k;
+    const __m512 s = _mm512_set1_ps(fp16_scale(scale[c0 / block_k]));
+    for (int64_t c = c0; c < c1; c += 16) {
+      const __mmask16 lanes = c1 - c >= 16 ? 0xffff : static_cast<__mmask16>((1u << (c1 - c)) - 1);
+      const __m256i h = e4m3_to_fp16(_mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(lanes, src + c)));
+      store(dst + c, _mm512_mul_ps(_mm512_cvtph_ps(h), s), lanes);
+    }
+  }
 }
 
 template <int NR>
