@@ -146,6 +146,20 @@ def test_fp8_block_sizes(block_size: tuple[int, int], packed: bool) -> None:
 
 
 @EVERY_METHOD
+@BOTH_LAYOUTS
+@pytest.mark.parametrize("tokens", [1, 2])
+def test_decode_long_rows(method: int, packed: bool, tokens: int) -> None:
+    """Decode-sized inputs with weight rows long enough for the streaming paths
+    (one-row tiles over rows a page apart; fp8 widened in registers for experts
+    with few rows), FP8 blocks that cut across vectors."""
+    problem = make_moe_problem(tokens, 1024, 512, 2, 2, torch.bfloat16, method, activation="swiglu_limit",
+                               seed=12, block_size=(8, 24))
+    expected = problem.run(reference.fused_experts)
+    actual = moe_kernels.fused_experts(**problem.kwargs(packed=packed))
+    assert_matches_reference(actual, expected, method, torch.bfloat16)
+
+
+@EVERY_METHOD
 @pytest.mark.parametrize("threads", [2, 3])
 def test_parallel_matches_reference(method: int, threads: int) -> None:
     """With ATen threads on (the suite otherwise runs single-threaded), work split

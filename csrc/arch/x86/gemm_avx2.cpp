@@ -171,10 +171,12 @@ struct S8Tiles {
   float* c;
   int64_t ldc;
 
+  int64_t row_bytes() const { return ldb; }
+
   template <int MR, int NR>
-  MOE_X86_INLINE void tile(int64_t i, int64_t j, int nb, int64_t /*p0*/, int64_t k, bool /*first*/) {
+  MOE_X86_INLINE void tile(int64_t i, const x86::TileCols& cols, int64_t /*p0*/, int64_t k, bool /*first*/) {
     static_assert(NR == 4 || NR == 8, "tiles are 4 or 8 rows of b wide");
-    const x86::TileRows<int8_t, MR, NR> rows(a + i * lda, lda, b + j * ldb, ldb, nb);
+    const x86::TileRows<int8_t, MR, NR> rows(a + i * lda, lda, b + cols.j * ldb, ldb, cols);
     S8::Acc acc[MR][NR];
     S8::Acc unused[NR];
     x86::dot_tile<S8, MR, NR, false>(k, rows, acc, unused);
@@ -187,8 +189,10 @@ struct S8Tiles {
       }
     }
     for (int r = 0; r < MR; ++r) {
-      float* out = c + (i + r) * ldc + j;
-      for (int q = 0; q < nb; ++q) out[q] = dot[r][q] * a_scale[i + r] * b_scale[j + q];
+      float* out = c + (i + r) * ldc + cols.j;
+      for (int q = 0; q < cols.nb; ++q) {
+        out[q * cols.stride] = dot[r][q] * a_scale[i + r] * b_scale[cols.j + q * cols.stride];
+      }
     }
   }
 };

@@ -130,40 +130,56 @@ struct S8Tiles {
   // Sums of the current rows of b, when the caller has none.
   alignas(32) int32_t sums[kNR1];
 
+  int64_t row_bytes() const { return ldb; }
+
   template <int MR, int NR>
-  MOE_X86_INLINE void tile(int64_t i, int64_t j, int nb, int64_t /*p0*/, int64_t k, bool first) {
+  MOE_X86_INLINE void tile(int64_t i, const x86::TileCols& cols, int64_t /*p0*/, int64_t k, bool first) {
     // Two whole paths rather than a join after the loop, which GCC pays for
     // with spilled accumulators.
     if (b_sum == nullptr && first) {
-      run<MR, NR, true>(i, j, nb, k);
+      run<MR, NR, true>(i, cols, k);
     } else {
-      run<MR, NR, false>(i, j, nb, k);
+      run<MR, NR, false>(i, cols, k);
     }
   }
 
   template <int MR, int NR, bool kSumB>
-  MOE_X86_INLINE void run(int64_t i, int64_t j, int nb, int64_t k) {
+  MOE_X86_INLINE void run(int64_t i, const x86::TileCols& cols, int64_t k) {
     static_assert(NR == 4 || NR == 8, "tiles are 4 or 8 rows of b wide");
-    const x86::TileRows<int8_t, MR, NR> rows(a + i * lda, lda, b + j * ldb, ldb, nb);
+    const x86::TileRows<int8_t, MR, NR> rows(a + i * lda, lda, b + cols.j * ldb, ldb, cols);
     S8::Acc acc[MR][NR];
     S8::Acc bsum[NR];
     x86::dot_tile<S8, MR, NR, kSumB>(k, rows, acc, bsum);
-    const __mmask8 cols = static_cast<__mmask8>((1u << nb) - 1);
+    // Scales and sums of the tile's columns, gathered when they are strided.
+    const float* scales = b_scale + cols.j;
+    const int32_t* given = b_sum != nullptr ? b_sum + cols.j : sums;
+    alignas(32) float strided_scales[NR];
+    alignas(32) int32_t strided_sums[NR];
+    if (cols.stride != 1) {
+      for (int q = 0; q < cols.nb; ++q) {
+        strided_scales[q] = b_scale[cols.j + q * cols.stride];
+        if (b_sum != nullptr) strided_sums[q] = b_sum[cols.j + q * cols.stride];
+      }
+      scales = strided_scales;
+      if (b_sum != nullptr) given = strided_sums;
+    }
+    const __mmask8 lanes = static_cast<__mmask8>((1u << cols.nb) - 1);
     if constexpr (NR == 4) {
       __m128i sum;
       if constexpr (kSumB) {
         sum = hsum_epi32<NR>(bsum);
         _mm_store_si128(reinterpret_cast<__m128i*>(sums), sum);
       } else {
-        sum = _mm_maskz_loadu_epi32(cols, b_sum != nullptr ? b_sum + j : sums);
+        sum = _mm_maskz_loadu_epi32(lanes, given);
       }
       const __m128i bias = _mm_slli_epi32(sum, 7);
-      const __m128 scale = _mm_maskz_loadu_ps(cols, b_scale + j);
+      const __m128 scale = _mm_maskz_loadu_ps(lanes, scales);
       for (int r = 0; r < MR; ++r) {
         const __m128i dot = _mm_sub_epi32(hsum_epi32<NR>(acc[r]), bias);
         const __m128 v =
             _mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(dot), _mm_set1_ps(a_scale[i + r])), scale);
-        _mm_mask_storeu_ps(c + (i + r) * ldc + j, cols, v);
+        x86::store_cols<NR>(c + (i + r) * ldc + cols.j, cols, false,
+                            [&](float* dst, bool) { _mm_mask_storeu_ps(dst, lanes, v); });
       }
     } else {
       __m256i sum;
@@ -171,15 +187,16 @@ struct S8Tiles {
         sum = hsum_epi32<NR>(bsum);
         _mm256_store_si256(reinterpret_cast<__m256i*>(sums), sum);
       } else {
-        sum = _mm256_maskz_loadu_epi32(cols, b_sum != nullptr ? b_sum + j : sums);
+        sum = _mm256_maskz_loadu_epi32(lanes, given);
       }
       const __m256i bias = _mm256_slli_epi32(sum, 7);
-      const __m256 scale = _mm256_maskz_loadu_ps(cols, b_scale + j);
+      const __m256 scale = _mm256_maskz_loadu_ps(lanes, scales);
       for (int r = 0; r < MR; ++r) {
         const __m256i dot = _mm256_sub_epi32(hsum_epi32<NR>(acc[r]), bias);
         const __m256 v =
             _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(a_scale[i + r])), scale);
-        _mm256_mask_storeu_ps(c + (i + r) * ldc + j, cols, v);
+        x86::store_cols<NR>(c + (i + r) * ldc + cols.j, cols, false,
+                            [&](float* dst, bool) { _mm256_mask_storeu_ps(dst, lanes, v); });
       }
     }
   }

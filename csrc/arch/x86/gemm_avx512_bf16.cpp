@@ -75,65 +75,80 @@ struct E4m3ToBF16 {
   }
 };
 
-// MR x NR tile of the fused fp8 GEMM: each block of K accumulates on its own
-// and is added into the totals times its rows' scales. 2 x NR registers of
-// fp32, so MR * NR <= 8.
-template <int MR, int NR>
-MOE_X86_INLINE void fp8_tile(int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b, int64_t ldb, int nb,
-                             const Fp8Scales& sc, int64_t row, float* c, int64_t ldc) {
-  const uint16_t* pa[MR];
-  const uint8_t* pb[NR];
-  const float* ps[NR];
-  for (int r = 0; r < MR; ++r) pa[r] = a + r * lda;
-  for (int q = 0; q < NR; ++q) {
-    const int64_t j = q < nb ? q : nb - 1;
-    pb[q] = b + j * ldb;
-    ps[q] = sc.scale + (sc.row0 + row + j) / sc.block_n * sc.ld;
-  }
-  const E4m3ToBF16 e4m3_to_bf16;
-  __m512 total[MR][NR];
-  for (int r = 0; r < MR; ++r) {
-    for (int q = 0; q < NR; ++q) total[r][q] = _mm512_setzero_ps();
-  }
-  for (int64_t p0 = 0, block = 0; p0 < k; p0 += sc.block_k, ++block) {
-    const int64_t p1 = k - p0 < sc.block_k ? k : p0 + sc.block_k;
-    __m512 acc[MR][NR];
-    for (int r = 0; r < MR; ++r) {
-      for (int q = 0; q < NR; ++q) acc[r][q] = _mm512_setzero_ps();
+// The fused fp8 GEMM's tiles: each block of K accumulates on its own and is
+// added into the totals times its rows' scales (2 x MR x NR registers of
+// fp32, so MR * NR <= 8).
+struct Fp8Tiles {
+  static constexpr int kNR1 = 8;
+
+  const uint16_t* a;
+  int64_t lda;
+  const uint8_t* b;
+  int64_t ldb;
+  const Fp8Scales& sc;
+  float* c;
+  int64_t ldc;
+  E4m3ToBF16 e4m3_to_bf16;
+
+  int64_t row_bytes() const { return ldb; }
+
+  template <int MR, int NR>
+  MOE_X86_INLINE void tile(int64_t i, const x86::TileCols& cols, int64_t /*p0*/, int64_t k, bool /*first*/) {
+    const uint16_t* pa[MR];
+    const uint8_t* pb[NR];
+    const float* ps[NR];
+    for (int r = 0; r < MR; ++r) pa[r] = a + (i + r) * lda;
+    for (int q = 0; q < NR; ++q) {
+      const int64_t j = cols.j + (q < cols.nb ? q : cols.nb - 1) * cols.stride;
+      pb[q] = b + j * ldb;
+      ps[q] = sc.scale + (sc.row0 + j) / sc.block_n * sc.ld;
     }
-    for (int64_t p = p0; p < p1; p += 32) {
-      const __mmask32 lanes = p1 - p >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1ull << (p1 - p)) - 1);
-      __m512bh va[MR];
-      for (int r = 0; r < MR; ++r) va[r] = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(lanes, pa[r] + p));
+    const int64_t ahead = cols.ahead * ldb;
+    __m512 total[MR][NR];
+    for (int r = 0; r < MR; ++r) {
+      for (int q = 0; q < NR; ++q) total[r][q] = _mm512_setzero_ps();
+    }
+    for (int64_t p0 = 0, block = 0; p0 < k; p0 += sc.block_k, ++block) {
+      const int64_t p1 = k - p0 < sc.block_k ? k : p0 + sc.block_k;
+      __m512 acc[MR][NR];
+      for (int r = 0; r < MR; ++r) {
+        for (int q = 0; q < NR; ++q) acc[r][q] = _mm512_setzero_ps();
+      }
+      for (int64_t p = p0; p < p1; p += 32) {
+        const __mmask32 lanes = p1 - p >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1ull << (p1 - p)) - 1);
+        __m512bh va[MR];
+        for (int r = 0; r < MR; ++r) va[r] = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(lanes, pa[r] + p));
+        for (int q = 0; q < NR; ++q) {
+          if constexpr (MR == 1) __builtin_prefetch(pb[q] + ahead + p, 0, 3);
+          const __m512bh vb = e4m3_to_bf16(_mm256_maskz_loadu_epi8(lanes, pb[q] + p));
+          for (int r = 0; r < MR; ++r) acc[r][q] = _mm512_dpbf16_ps(acc[r][q], va[r], vb);
+        }
+      }
       for (int q = 0; q < NR; ++q) {
-        // A single row of a streams NR rows of b once: fetch the next tile's early.
-        if constexpr (MR == 1) __builtin_prefetch(pb[q] + NR * ldb + p, 0, 3);
-        const __m512bh vb = e4m3_to_bf16(_mm256_maskz_loadu_epi8(lanes, pb[q] + p));
-        for (int r = 0; r < MR; ++r) acc[r][q] = _mm512_dpbf16_ps(acc[r][q], va[r], vb);
+        const __m512 s = _mm512_set1_ps(ps[q][block]);
+        for (int r = 0; r < MR; ++r) total[r][q] = _mm512_fmadd_ps(acc[r][q], s, total[r][q]);
       }
     }
-    for (int q = 0; q < NR; ++q) {
-      const __m512 s = _mm512_set1_ps(ps[q][block]);
-      for (int r = 0; r < MR; ++r) total[r][q] = _mm512_fmadd_ps(acc[r][q], s, total[r][q]);
+    for (int r = 0; r < MR; ++r) {
+      x86::store_cols<NR>(c + (i + r) * ldc + cols.j, cols, false,
+                          [&](float* dst, bool) { x86::store_sums_avx512<NR>(total[r], dst, cols.nb, false); });
     }
   }
-  for (int r = 0; r < MR; ++r) x86::store_sums_avx512<NR>(total[r], c + r * ldc, nb, false);
-}
+};
 
 void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b, int64_t ldb,
                    const Fp8Scales& scales, float* c, int64_t ldc) {
+  Fp8Tiles t{a, lda, b, ldb, scales, c, ldc, {}};
+  if (m == 1) {
+    x86::stream_rows(t, n, k, ldb);
+    return;
+  }
   int64_t i = 0;
   for (; i + 2 <= m; i += 2) {
-    for (int64_t j = 0; j < n; j += 4) {
-      fp8_tile<2, 4>(k, a + i * lda, lda, b + j * ldb, ldb, n - j < 4 ? static_cast<int>(n - j) : 4, scales, j,
-                     c + i * ldc + j, ldc);
-    }
+    for (int64_t j = 0; j < n; j += 4) t.tile<2, 4>(i, {j, n - j < 4 ? static_cast<int>(n - j) : 4, 1, 4}, 0, k, true);
   }
   if (i < m) {
-    for (int64_t j = 0; j < n; j += 8) {
-      fp8_tile<1, 8>(k, a + i * lda, lda, b + j * ldb, ldb, n - j < 8 ? static_cast<int>(n - j) : 8, scales, j,
-                     c + i * ldc + j, ldc);
-    }
+    for (int64_t j = 0; j < n; j += 8) t.tile<1, 8>(i, {j, n - j < 8 ? static_cast<int>(n - j) : 8, 1, 8}, 0, k, true);
   }
 }
 

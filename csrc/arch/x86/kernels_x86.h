@@ -86,20 +86,43 @@ MOE_X86_INLINE void dot_step(const typename Op::T* const (&a)[MR],
   }
 }
 
+// The columns of a tile: c columns (and rows of b) j + q * stride for q < nb.
+// `ahead`: rows of b from each of them to the one to prefetch (m = 1).
+struct TileCols {
+  int64_t j;
+  int nb;
+  int64_t stride;
+  int64_t ahead;
+};
+
 // Row pointers of a tile; rows of b past the edge repeat the last one, so
 // that tiles need no edge variants (their results are not stored).
-// A one-row tile (m = 1) streams NR rows of b once: it prefetches the rows of
-// the next tile, whose pages the hardware prefetcher would only reach late.
+// A one-row tile (m = 1) streams NR rows of b once: it prefetches the rows
+// that come next, which the hardware prefetcher would only reach late.
 template <class T, int MR, int NR>
 struct TileRows {
   const T* a[MR];
   const T* b[NR];
   int64_t ahead;  // from a row of b to the one to prefetch
-  TileRows(const T* a0, int64_t lda, const T* b0, int64_t ldb, int nb) : ahead(NR * ldb) {
+  TileRows(const T* a0, int64_t lda, const T* b0, int64_t ldb, const TileCols& cols)
+      : ahead(cols.ahead * ldb) {
     for (int r = 0; r < MR; ++r) a[r] = a0 + r * lda;
-    for (int c = 0; c < NR; ++c) b[c] = b0 + (c < nb ? c : nb - 1) * ldb;
+    for (int c = 0; c < NR; ++c) b[c] = b0 + (c < cols.nb ? c : cols.nb - 1) * cols.stride * ldb;
   }
 };
+
+// store(dst, add) writes (or adds) a tile row's nb sums contiguously; spread
+// them over columns `stride` apart.
+template <int NR, class Store>
+MOE_X86_INLINE void store_cols(float* c, const TileCols& cols, bool add, Store store) {
+  if (cols.stride == 1) {
+    store(c, add);
+    return;
+  }
+  alignas(64) float sums[NR];
+  store(sums, false);
+  for (int q = 0; q < cols.nb; ++q) c[q * cols.stride] = add ? c[q * cols.stride] + sums[q] : sums[q];
+}
 
 template <class Op, int MR, int NR, bool kSumB>
 MOE_X86_INLINE void dot_tile(int64_t k, const TileRows<typename Op::T, MR, NR>& rows,
@@ -126,32 +149,54 @@ constexpr int64_t kABlockBytes = 512 * 1024;
 constexpr int64_t kTileL1Bytes = 32 * 1024;
 
 template <class Tiles, int R>
-MOE_X86_INLINE void tile_rows(Tiles& t, int rows, int64_t i, int64_t j, int nb, int64_t p0,
+MOE_X86_INLINE void tile_rows(Tiles& t, int rows, int64_t i, const TileCols& cols, int64_t p0,
                               int64_t kk, bool first) {
   if constexpr (R > 0) {
     if (rows == R) {
-      t.template tile<R, Tiles::kNR>(i, j, nb, p0, kk, first);
+      t.template tile<R, Tiles::kNR>(i, cols, p0, kk, first);
     } else {
-      tile_rows<Tiles, R - 1>(t, rows, i, j, nb, p0, kk, first);
+      tile_rows<Tiles, R - 1>(t, rows, i, cols, p0, kk, first);
     }
+  }
+}
+
+// The hardware prefetcher follows one stream per 4 KiB page.
+constexpr int64_t kPageBytes = 4096;
+
+// m = 1: one pass over n rows of b, each row_bytes long, in 1 x NR1 tiles.
+// Rows shorter than a page would put several of a tile's streams in one page;
+// instead the rows of a tile are s apart, and the s tiles of a group carry
+// on from one another, so each stream runs through whole pages.
+template <class Tiles>
+void stream_rows(Tiles& t, int64_t n, int64_t k, int64_t row_bytes) {
+  constexpr int NR1 = Tiles::kNR1;
+  const int64_t s = row_bytes >= kPageBytes ? 1 : (kPageBytes + row_bytes - 1) / row_bytes;
+  int64_t j = 0;
+  if (s > 1) {
+    for (; j + NR1 * s <= n; j += NR1 * s) {
+      for (int64_t q = 0; q < s; ++q) {
+        t.template tile<1, NR1>(0, TileCols{j + q, NR1, s, q + 1 < s ? 1 : NR1 * s - q}, 0, k, true);
+      }
+    }
+  }
+  for (; j < n; j += NR1) {
+    t.template tile<1, NR1>(0, TileCols{j, n - j < NR1 ? static_cast<int>(n - j) : NR1, 1, NR1}, 0, k, true);
   }
 }
 
 // The loop nest every GEMM of every level runs. Tiles provides kMR x kNR
 // (m > 1) and 1 x kNR1 (m = 1) register tiles as
-//   template <int MR, int NR> void tile(i, j, nb, p0, kk, first)
-// computing c rows [i, i + MR) x columns [j, j + nb), nb <= NR, over K values
+//   template <int MR, int NR> void tile(i, cols, p0, kk, first)
+// computing c rows [i, i + MR) x the TileCols, nb <= NR, over K values
 // [p0, p0 + kk): stored when p0 == 0, else added. `first` says that no
-// earlier tile of this pass met these rows of b.
+// earlier tile of this pass met these rows of b. Tiles::row_bytes() is the
+// distance between rows of b.
 template <class Tiles>
 void gemm_tiled(Tiles& t, int64_t m, int64_t n, int64_t k) {
   constexpr int MR = Tiles::kMR;
   constexpr int NR = Tiles::kNR;
-  constexpr int NR1 = Tiles::kNR1;
   if (m == 1) {
-    for (int64_t j = 0; j < n; j += NR1) {
-      t.template tile<1, NR1>(0, j, n - j < NR1 ? static_cast<int>(n - j) : NR1, 0, k, true);
-    }
+    stream_rows(t, n, k, t.row_bytes());
     return;
   }
   const int64_t kc = Tiles::kKBlock > 0 && Tiles::kKBlock < k ? Tiles::kKBlock : k;
@@ -164,10 +209,10 @@ void gemm_tiled(Tiles& t, int64_t m, int64_t n, int64_t k) {
     do {  // once even for k = 0, which stores zeros
       const int64_t kk = k - p0 < kc ? k - p0 : kc;
       for (int64_t j = 0; j < n; j += NR) {
-        const int nb = n - j < NR ? static_cast<int>(n - j) : NR;
+        const TileCols cols{j, n - j < NR ? static_cast<int>(n - j) : NR, 1, NR};
         int64_t i = i0;
-        for (; i + MR <= i1; i += MR) t.template tile<MR, NR>(i, j, nb, p0, kk, i == i0);
-        if (i < i1) tile_rows<Tiles, MR - 1>(t, static_cast<int>(i1 - i), i, j, nb, p0, kk, i == i0);
+        for (; i + MR <= i1; i += MR) t.template tile<MR, NR>(i, cols, p0, kk, i == i0);
+        if (i < i1) tile_rows<Tiles, MR - 1>(t, static_cast<int>(i1 - i), i, cols, p0, kk, i == i0);
       }
       p0 += kk;
     } while (p0 < k);
@@ -191,13 +236,18 @@ struct FloatTiles {
   float* c;
   int64_t ldc;
 
+  int64_t row_bytes() const { return ldb * static_cast<int64_t>(sizeof(T)); }
+
   template <int MR, int NR>
-  MOE_X86_INLINE void tile(int64_t i, int64_t j, int nb, int64_t p0, int64_t kk, bool /*first*/) {
-    const TileRows<T, MR, NR> rows(a + i * lda + p0, lda, b + j * ldb + p0, ldb, nb);
+  MOE_X86_INLINE void tile(int64_t i, const TileCols& cols, int64_t p0, int64_t kk, bool /*first*/) {
+    const TileRows<T, MR, NR> rows(a + i * lda + p0, lda, b + cols.j * ldb + p0, ldb, cols);
     typename Op::Acc acc[MR][NR];
     typename Op::Acc unused[NR];
     dot_tile<Op, MR, NR, false>(kk, rows, acc, unused);
-    for (int r = 0; r < MR; ++r) Op::template store<NR>(acc[r], c + (i + r) * ldc + j, nb, p0 > 0);
+    for (int r = 0; r < MR; ++r) {
+      store_cols<NR>(c + (i + r) * ldc + cols.j, cols, p0 > 0,
+                     [&](float* dst, bool add) { Op::template store<NR>(acc[r], dst, cols.nb, add); });
+    }
   }
 };
 
