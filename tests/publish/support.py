@@ -70,7 +70,9 @@ class Index:
         self.process.wait(timeout=30)
 
 
-def start_index(root: Path, port: int | None = None) -> Index:
+def start_index(root: Path, fallback: str | None = None) -> Index:
+    """pypiserver; with fallback, it sends projects it has no files of there (its
+    default sends them to PyPI)."""
     import warnings
 
     with warnings.catch_warnings():  # passlib imports the deprecated crypt module
@@ -82,12 +84,13 @@ def start_index(root: Path, port: int | None = None) -> Index:
     htpasswd = HtpasswdFile(str(root / "htpasswd"), new=True)
     htpasswd.set_password(USER, PASSWORD)
     htpasswd.save()
-    port = port or free_port()
+    port = free_port()
     log = root / "pypiserver.log"
     command = [
         sys.executable, "-m", "pypiserver", "run", "--host", "127.0.0.1", "--port", str(port),
         "--passwords", str(root / "htpasswd"), "--authenticate", "update",
-        "--disable-fallback", "--hash-algo", "sha256", str(packages),
+        *(["--fallback-url", fallback] if fallback else ["--disable-fallback"]),
+        "--hash-algo", "sha256", str(packages),
     ]
     with log.open("wb") as output:
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
