@@ -93,10 +93,10 @@ def shellcheck(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def publish(session: nox.Session) -> None:
-    """Upload the tested wheels and the sdist to the index the environment names (-- --dry-run)."""
+    """Upload the tested wheels and the sdist to the index the environment names (-- --dry-run, --help)."""
     from harness import publish as publishing
 
-    session.install(*publishing.requirements(sdist_build=publishing.needs_sdist_build()))
+    session.install(*publishing.requirements(session.posargs))
     session.run("python", "-m", "harness.publish", *session.posargs)
 
 
@@ -105,7 +105,7 @@ def test_publish(session: nox.Session) -> None:
     """Publish tests against a real local pypiserver; installs from it on every architecture."""
     from harness import publish as publishing
 
-    session.install(*publishing.requirements(sdist_build=True), *publishing.TEST_REQUIREMENTS)
+    session.install(*publishing.requirements(["--sdist-only"]), *publishing.TEST_REQUIREMENTS)
     session.run("pytest", "tests/publish", *session.posargs)
 
 

@@ -472,7 +472,7 @@ def _sdists(wheelhouse: Path) -> dict[str, Path]:
     return {str(parse_sdist_filename(p.name)[1]): p for p in wheelhouse.glob(f"{PROJECT}-*.tar.gz")}
 
 
-def needs_sdist_build(wheelhouse: Path = WHEELHOUSE) -> bool:
+def needs_sdist_build(wheelhouse: Path) -> bool:
     """Whether wheelhouse/'s wheels agree on a version whose sdist it lacks (one
     built elsewhere, as in CI, is used as it is)."""
     versions = wheel_versions(wheelhouse)
@@ -513,11 +513,12 @@ def torch_for_sdist(pyproject: Path = REPO / "pyproject.toml") -> str:
     return targets[machine].torch
 
 
-def requirements(sdist_build: bool) -> list[str]:
-    """What the publish session installs: twine to check and upload and, when the
-    sdist is to be built, build, the backend at the wheels' pins and the host's torch."""
+def requirements(argv: Sequence[str]) -> list[str]:
+    """What `nox -s publish -- ARGV` installs: twine to check and upload and, when
+    the sdist is to be built, build, the backend at the wheels' pins and the host's torch."""
+    args = parse_args(argv)
     tools = ["twine>=6.1", "packaging>=24"]
-    if sdist_build:
+    if args.sdist_only or needs_sdist_build(args.wheelhouse):
         tools += ["build>=1.2", *backend_requirements(), torch_for_sdist()]
     return tools
 
@@ -529,6 +530,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="only check the files (tested, twine check); no destination needed")
     parser.add_argument("--allow-local-version", action="store_true",
                         help="publish a local version (X.Y.devN+gHASH) to a private index that takes one")
+    parser.add_argument("--sdist-only", action="store_true",
+                        help="build the tree's sdist into the wheelhouse and check it (CI hands it to publish)")
     parser.add_argument("--wheelhouse", type=Path, default=WHEELHOUSE)
     parser.add_argument("--reports", type=Path, default=REPORTS)
     parser.add_argument("--pyproject", type=Path, default=REPO / "pyproject.toml")
@@ -547,6 +550,12 @@ def _table(artifacts: Iterable[Artifact], manifest: Mapping[str, Any], actions: 
 def main(argv: Sequence[str]) -> None:
     twine, env = (sys.executable, "-m", "twine"), os.environ
     args = parse_args(argv)
+    if args.sdist_only:
+        sdist = build_sdist(sys.executable, args.wheelhouse)
+        if problems := sdist_problems(sdist):
+            raise PublishError("; ".join(problems))
+        print(f"built {sdist}", flush=True)
+        return
     targets = load_targets(args.pyproject)
     ensure_sdist(sys.executable, args.wheelhouse)
     manifest = load_manifest(args.reports)
