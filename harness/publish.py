@@ -432,6 +432,13 @@ def _state_report(dest: Destination, artifacts: Sequence[Artifact]) -> str:
     return "\n".join(lines)
 
 
+def _tail(output: str) -> str:
+    """twine's output, less the traceback that a dropped connection comes with."""
+    if "Traceback (most recent call last)" in output:
+        return output.splitlines()[-1]
+    return output
+
+
 def upload(twine: Sequence[str], dest: Destination, plan: Plan, artifacts: Sequence[Artifact]) -> None:
     """One file per twine call; after any failure, report what the index holds."""
     for number, artifact in enumerate(plan.upload, 1):
@@ -449,9 +456,9 @@ def upload(twine: Sequence[str], dest: Destination, plan: Plan, artifacts: Seque
             if "403" in output or "401" in output:
                 hint = "\nThe index refused the credentials: check TWINE_USERNAME/TWINE_PASSWORD (or the keyring)."
             raise PublishError(
-                f"uploading {artifact.name} failed:\n{output}{hint}\n\nThe index now holds:\n"
+                f"uploading {artifact.name} failed:\n{_tail(output)}{hint}\n\nThe index now holds:\n"
                 + _state_report(dest, artifacts)
-                + "\nRun nox -s publish again to upload the rest: files already there are skipped."
+                + "\nRun nox -s publish again once the cause is fixed: files already there are skipped."
             )
     on_index = index_files(dest)
     missing = [a.name for a in artifacts if on_index.get(a.name) != a.sha256]
