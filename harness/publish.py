@@ -308,13 +308,13 @@ def _open(dest: Destination, url: str, timeout: float) -> Any:
     return urllib.request.urlopen(request, timeout=timeout)
 
 
-def _refuse_other_host(page: str, landed: str) -> None:
-    """A project page sent on to another host lists that host's files, not the
+def _refuse_other_server(page: str, landed: str) -> None:
+    """A project page sent on to another server lists that server's files, not the
     index's own: pypiserver sends a project it has no files of to PyPI unless
     started with --disable-fallback (and PyPI has another project of this name)."""
     if urllib.parse.urlsplit(landed).netloc != urllib.parse.urlsplit(page).netloc:
         raise PublishError(
-            f"the index sent {_redact_url(page)} on to another host, {_redact_url(landed)}, so what is "
+            f"the index sent {_redact_url(page)} on to another server, {_redact_url(landed)}, so what is "
             f"listed there is not the index's own; nothing was uploaded. Publish to an index that answers "
             f"for {DISTRIBUTION} itself (pypiserver: start it with --disable-fallback)"
         )
@@ -326,10 +326,10 @@ def index_files(dest: Destination, project: str = DISTRIBUTION, timeout: float =
     try:
         with _open(dest, page, timeout) as response:
             base = response.geturl()
-            _refuse_other_host(page, base)
+            _refuse_other_server(page, base)
             text = response.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as error:
-        _refuse_other_host(page, error.geturl())
+        _refuse_other_server(page, error.geturl())
         if error.code == 404:
             return {}
         if error.code in (401, 403):

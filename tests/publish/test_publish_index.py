@@ -201,16 +201,16 @@ def test_an_sdist_of_another_version_is_replaced_by_the_trees(index: Index, rele
     assert release.sdist.exists() and release.sdist.name in result.stdout
 
 
-def test_an_index_that_sends_the_project_to_another_host_is_refused(
+def test_an_index_that_sends_the_project_to_another_server_is_refused(
     tmp_path: Path, index: Index, release: Release
 ) -> None:
     """pypiserver's fallback would have another index's files (PyPI's own
     moe-kernels) taken for this index's."""
-    forwarding = start_index(tmp_path / "forwarding", fallback=f"http://localhost:{index.port}/simple/")
+    forwarding = start_index(tmp_path / "forwarding", fallback=index.simple)
     try:
         result = run_publish(release, uploader_env(forwarding))
     finally:
         forwarding.stop()
     assert result.returncode == 1
-    assert "on to another host" in result.stderr and "--disable-fallback" in result.stderr
+    assert "on to another server" in result.stderr and "--disable-fallback" in result.stderr
     assert forwarding.stored() == {} and index.stored() == {}
