@@ -160,6 +160,17 @@ def test_decode_long_rows(method: int, packed: bool, tokens: int) -> None:
 
 
 @EVERY_METHOD
+@BOTH_LAYOUTS
+def test_prefill_rows(method: int, packed: bool) -> None:
+    """Enough rows per expert for tile-matrix paths, with partial row and column
+    blocks (37 tokens over 2 experts, N = 40)."""
+    problem = make_moe_problem(37, 256, 40, 2, 2, torch.bfloat16, method, seed=13)
+    expected = problem.run(reference.fused_experts)
+    actual = moe_kernels.fused_experts(**problem.kwargs(packed=packed))
+    assert_matches_reference(actual, expected, method, torch.bfloat16)
+
+
+@EVERY_METHOD
 @pytest.mark.parametrize("threads", [2, 3])
 def test_parallel_matches_reference(method: int, threads: int) -> None:
     """With ATen threads on (the suite otherwise runs single-threaded), work split

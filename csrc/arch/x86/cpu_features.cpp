@@ -1,6 +1,8 @@
 // Which x86_64 kernel levels this CPU and OS can run. Compiled without ISA
 // flags, so that detection itself runs anywhere.
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <vector>
@@ -24,15 +26,26 @@ constexpr uint32_t kLeaf7EbxAvx512bw = 1u << 30;
 constexpr uint32_t kLeaf7EbxAvx512vl = 1u << 31;
 constexpr uint32_t kLeaf7EcxAvx512vnni = 1u << 11;
 constexpr uint32_t kLeaf7Sub1EaxAvx512bf16 = 1u << 5;
+constexpr uint32_t kLeaf7EdxAmxBf16 = 1u << 22;
+constexpr uint32_t kLeaf7EdxAmxTile = 1u << 24;
 
 // XCR0: the OS saves and restores these register states on context switch.
 constexpr uint64_t kXcr0Ymm = 0x6;    // SSE, AVX
 constexpr uint64_t kXcr0Zmm = 0xe6;   // + opmask, ZMM_Hi256, Hi16_ZMM
+constexpr uint64_t kXcr0Tiles = 0x60000;  // XTILECFG, XTILEDATA
+
+// Linux hands out the 8 KiB of tile state only to a process that asks
+// (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA).
+constexpr int kArchReqXcompPerm = 0x1023;
+constexpr int kXfeatureXtiledata = 18;
+
+bool request_tiles() { return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0; }
 
 struct Features {
   bool avx2 = false;
   bool avx512 = false;
   bool avx512_bf16 = false;
+  bool amx = false;
 };
 
 bool all(uint32_t reg, uint32_t bits) { return (reg & bits) == bits; }
@@ -55,6 +68,7 @@ Features detect() {
 
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return f;
   const unsigned int max_subleaf = eax;
+  const bool tiles = all(edx, kLeaf7EdxAmxBf16 | kLeaf7EdxAmxTile) && (os & kXcr0Tiles) == kXcr0Tiles;
   f.avx2 = fma_f16c && all(ebx, kLeaf7EbxAvx2);
   f.avx512 = f.avx2 && (os & kXcr0Zmm) == kXcr0Zmm &&
              all(ebx, kLeaf7EbxAvx512f | kLeaf7EbxAvx512dq | kLeaf7EbxAvx512bw | kLeaf7EbxAvx512vl) &&
@@ -62,6 +76,7 @@ Features detect() {
   if (f.avx512 && max_subleaf >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
     f.avx512_bf16 = all(eax, kLeaf7Sub1EaxAvx512bf16);
   }
+  f.amx = f.avx512_bf16 && tiles && request_tiles();
   return f;
 }
 
@@ -72,7 +87,8 @@ std::vector<IsaLevel> isa_ladder() {
   return {{"generic", true, &kernels_generic()},
           {"avx2", f.avx2, &kernels_avx2()},
           {"avx512", f.avx512, &kernels_avx512()},
-          {"avx512_bf16", f.avx512_bf16, &kernels_avx512_bf16()}};
+          {"avx512_bf16", f.avx512_bf16, &kernels_avx512_bf16()},
+          {"amx", f.amx, &kernels_amx()}};
 }
 
 }  // namespace moe_kernels

@@ -20,6 +20,7 @@ namespace moe_kernels {
 const KernelSet& kernels_avx2();
 const KernelSet& kernels_avx512();
 const KernelSet& kernels_avx512_bf16();
+const KernelSet& kernels_amx();
 
 // The avx512_bf16 level differs from avx512 in its bf16 GEMM and fp8 to bf16
 // conversion only.
