@@ -69,10 +69,12 @@ def published(tmp_path_factory: pytest.TempPathFactory, tested_release: Release)
 
 
 def _test_image(target: Target) -> str:
-    spec = images.image_specs(target, images.DOCKER_DIR, host.ca_bundle())["test"]
-    if not images.image_exists(spec.tag):
-        images.ensure_images(target, REPO / "build" / "harness" / "images", console.StepLog())
-    return spec.tag
+    """The target's test image, as the test sessions make it: on a fresh machine
+    (a CI job of its own) the host needs Docker, QEMU's registration and debootstrap."""
+    host.ensure_host(host.Needs(debootstrap=not target.base_image,
+                                emulated_arches=(target.arch,) if target.runner == "qemu" else ()))
+    specs = images.ensure_images(target, REPO / "build" / "harness" / "images", console.StepLog(), upto="test")
+    return specs["test"].tag
 
 
 @pytest.mark.parametrize("arch", list(TARGETS))
