@@ -41,8 +41,16 @@ def torch_requirement() -> str:
 class Provider:
     """scikit-build-core dynamic-metadata provider for the `dependencies` field."""
 
-    @staticmethod
-    def dynamic_metadata(settings: dict[str, Any], project: dict[str, Any]) -> dict[str, Any]:
+    def __init__(self) -> None:
+        self.state = "wheel"
+
+    def build_state(self, state: str) -> None:
+        self.state = state
+
+    def dynamic_metadata(self, settings: dict[str, Any], project: dict[str, Any]) -> dict[str, Any]:
+        if self.state == "sdist":
+            # Making an sdist needs no torch; the pin is set when a wheel is built from it.
+            return {"dependencies": []}
         return {"dependencies": [torch_requirement()]}
 
     @staticmethod
