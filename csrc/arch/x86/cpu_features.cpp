@@ -28,6 +28,7 @@ constexpr uint32_t kLeaf7EcxAvx512vnni = 1u << 11;
 constexpr uint32_t kLeaf7Sub1EaxAvx512bf16 = 1u << 5;
 constexpr uint32_t kLeaf7EdxAmxBf16 = 1u << 22;
 constexpr uint32_t kLeaf7EdxAmxTile = 1u << 24;
+constexpr uint32_t kLeaf7EdxAmxInt8 = 1u << 25;
 
 // XCR0: the OS saves and restores these register states on context switch.
 constexpr uint64_t kXcr0Ymm = 0x6;    // SSE, AVX
@@ -68,7 +69,8 @@ Features detect() {
 
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return f;
   const unsigned int max_subleaf = eax;
-  const bool tiles = all(edx, kLeaf7EdxAmxBf16 | kLeaf7EdxAmxTile) && (os & kXcr0Tiles) == kXcr0Tiles;
+  const bool tiles = all(edx, kLeaf7EdxAmxBf16 | kLeaf7EdxAmxTile | kLeaf7EdxAmxInt8) &&
+                     (os & kXcr0Tiles) == kXcr0Tiles;
   f.avx2 = fma_f16c && all(ebx, kLeaf7EbxAvx2);
   f.avx512 = f.avx2 && (os & kXcr0Zmm) == kXcr0Zmm &&
              all(ebx, kLeaf7EbxAvx512f | kLeaf7EbxAvx512dq | kLeaf7EbxAvx512bw | kLeaf7EbxAvx512vl) &&
