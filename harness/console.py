@@ -33,20 +33,38 @@ def clock(seconds: float) -> str:
     return f"{minutes:02d}:{seconds:02d}"
 
 
-_running: set[int] = set()  # process groups of the commands running now, in any thread
+_running: set[int] = set()  # sessions (leader pids) of the commands running now, in any thread
+
+
+def session_members(session: int, proc: Path = Path("/proc")) -> list[int]:
+    """The processes of a session: every process a command started, whatever group it is in."""
+    members = []
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)"
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[3]) == session:
+            members.append(int(stat.parent.name))
+    return members
+
+
+def kill_session(session: int) -> None:
+    # Killing the leader alone leaves debootstrap's chroot or the compilers running, and
+    # ninja gives each compiler a process group of its own: the session holds them all.
+    for pid in [session, *session_members(session)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def stop_all() -> None:
     """Kill every command still running (an interrupted run's background work)."""
-    for group in list(_running):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(group, signal.SIGKILL)
+    for session in list(_running):
+        kill_session(session)
 
 
 def _kill_group(process: subprocess.Popen[str]) -> None:
-    # debootstrap's chroot, cmake's compilers: killing the leader alone leaves them running.
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
+    kill_session(process.pid)
     process.wait()
 
 
@@ -76,7 +94,7 @@ def run_streamed(
         text=True,
         errors="replace",
         bufsize=1,
-        start_new_session=True,  # its own process group, so that all of it can be stopped
+        start_new_session=True,  # its own session, so that all of it can be stopped
     ) as process:
 
         def echo() -> None:

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -84,6 +87,24 @@ def test_run_streamed_kills_a_silent_hung_process():
         [sys.executable, "-c", "import time; time.sleep(60)"], "hang", check=False, timeout=0.5
     )
     assert code == 124
+
+
+def test_a_timeout_kills_children_in_process_groups_of_their_own(tmp_path):
+    # As ninja does with each compiler: the child leaves its parent's process group.
+    pid_file = tmp_path / "child.pid"
+    child = f"import os, time; os.setpgid(0, 0); open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    parent = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}], "
+              "stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); time.sleep(60)")
+    code = console.run_streamed([sys.executable, "-c", parent], "build", check=False, timeout=2)
+    assert code == 124
+    pid = int(pid_file.read_text())
+    for _ in range(50):  # SIGKILL is delivered asynchronously; the zombie is reaped by init
+        status = Path(f"/proc/{pid}/status")
+        if not status.exists() or "State:\tZ" in status.read_text():
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"the child {pid} in its own process group survived")
 
 
 def test_step_log_times_and_marks_outcomes():
