@@ -36,6 +36,11 @@ constexpr int64_t kHiddenBlock = 64;  // output columns per phase-3 work item
 // costs more than redoing it for so few rows.
 constexpr int64_t kFusedFp8Rows = 4;
 
+// Adding and taking away 1.5 * 2^23 rounds a float of magnitude below 2^22 to
+// an integer, half to even as nearbyint does, in plain arithmetic the compiler
+// vectorizes (nearbyint is a library call without SSE4.1).
+constexpr float kRoundToInteger = 12582912.f;
+
 int64_t round_up(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
@@ -63,12 +68,9 @@ void quantize_row_int8(const float* x, int64_t n, int8_t* q, float* scale) {
   for (; i < n; ++i) lanes[0] = std::max(lanes[0], std::fabs(x[i]));
   const float amax = *std::max_element(lanes, lanes + 8);
   const float s = std::max(amax, 1e-10f) / 127.f;
-  // x / s lies in [-127, 127]: adding and taking away 1.5 * 2^23 rounds it
-  // half to even, as nearbyint does, but in a loop the compiler vectorizes
-  // (nearbyint is a library call without SSE4.1).
-  constexpr float kRound = 12582912.f;
+  // x / s lies in [-127, 127].
   for (i = 0; i < n; ++i) {
-    const float rounded = (x[i] / s + kRound) - kRound;
+    const float rounded = (x[i] / s + kRoundToInteger) - kRoundToInteger;
     q[i] = static_cast<int8_t>(std::min(std::max(rounded, -127.f), 127.f));
   }
   *scale = s;
@@ -303,8 +305,7 @@ class ExpertGemm {
 inline __attribute__((always_inline)) float exp_approx(float x) {
   x = std::max(x, -87.f);
   x = std::min(x, 88.f);
-  constexpr float kRound = 12582912.f;  // 1.5 * 2^23: adding and removing it rounds to an integer
-  const float n = (x * 1.44269504f + kRound) - kRound;
+  const float n = (x * 1.44269504f + kRoundToInteger) - kRoundToInteger;
   const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
   float poly = 1.9875691500e-4f;
   poly = poly * r + 1.3981999507e-3f;

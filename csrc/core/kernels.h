@@ -62,23 +62,23 @@ using GemmBF16Fp8Fn = void (*)(int64_t m, int64_t n, int64_t k, const uint16_t* 
                                const uint8_t* b, int64_t ldb, const Fp8Scales& scales, float* c,
                                int64_t ldc);
 
+// The portable fp8 conversions: what a level without its own uses.
+void fp8_to_bf16_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
+                         uint16_t* dst);
+void fp8_to_f32_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
+                        float* dst);
+
 struct KernelSet {
   const char* isa;  // the name MOE_KERNELS_ISA and moe_kernels.isa() use
   GemmF32Fn gemm_f32;
   GemmBF16Fn gemm_bf16;
   GemmS8Fn gemm_s8;
-  Fp8ToBF16Fn fp8_to_bf16;
-  Fp8ToF32Fn fp8_to_f32;
-  GemmBF16Fp8Fn gemm_bf16_fp8;  // null: the driver widens fp8 tiles for gemm_bf16 instead
+  Fp8ToBF16Fn fp8_to_bf16 = fp8_to_bf16_generic;
+  Fp8ToF32Fn fp8_to_f32 = fp8_to_f32_generic;
+  GemmBF16Fp8Fn gemm_bf16_fp8 = nullptr;  // null: the driver widens fp8 tiles for gemm_bf16 instead
 };
 
 // The portable path: plain C++, built on every architecture.
 const KernelSet& kernels_generic();
-
-// Its fp8 conversions, for levels without their own.
-void fp8_to_bf16_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
-                         uint16_t* dst);
-void fp8_to_f32_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
-                        float* dst);
 
 }  // namespace moe_kernels

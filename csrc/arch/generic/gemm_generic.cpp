@@ -90,8 +90,7 @@ void fp8_to_f32_generic(int64_t cols, const uint8_t* src, const float* scale, in
 }
 
 const KernelSet& kernels_generic() {
-  static const KernelSet kernels{"generic", gemm_f32, gemm_bf16, gemm_s8, fp8_to_bf16_generic,
-                                 fp8_to_f32_generic, nullptr};
+  static const KernelSet kernels{"generic", gemm_f32, gemm_bf16, gemm_s8};
   return kernels;
 }
 
