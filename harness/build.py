@@ -1,13 +1,14 @@
-"""Building the wheels: cibuildwheel in each target's local build image.
+"""Building the wheels, with the builders a target lists: cibuildwheel in the
+target's local build image, or the host's cross compiler (harness/cross.py).
 
-cibuildwheel copies its working directory into the container, so it runs in a
-staged copy of the tree holding only what git tracks or would track: no host
-build/ directory (whose CMake cache names host paths), no .nox virtualenvs.
-The wheel is written to a temporary directory and moved into wheelhouse/ in one
-rename, so a failed or killed build never leaves a partial wheel there.
+Both build a staged copy of the tree holding only what git tracks or would
+track: no host build/ directory (whose CMake cache names host paths), no .nox
+virtualenvs. The wheel is written to a temporary directory and moved into place
+in one rename, so a failed or killed build never leaves a partial wheel.
 
-A build is skipped when its inputs (the staged files, the build image, the
-cibuildwheel version) are those of the wheel already in wheelhouse/.
+Each builder keeps its last wheel, with the hash of its inputs (the files that
+reach the wheel, the version, the build image and the builder's own tools),
+under build/harness/wheels/; a build whose inputs are unchanged reuses it.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ REPO = Path(__file__).resolve().parent.parent
 # The build backend on the host (cross builds, the version from git): the build
 # image's, at the same pins.
 HOST_BACKEND = ("scikit-build-core", "setuptools-scm", "cmake", "ninja")
+
+
 def backend_requirements(docker_dir: Path = REPO / "docker") -> list[str]:
     """The build backend, pinned as in the build image: for builds on the host."""
     pinned = requirement_lines(docker_dir / "requirements-build.txt")

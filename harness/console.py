@@ -63,7 +63,7 @@ def stop_all() -> None:
         kill_session(session)
 
 
-def _kill_group(process: subprocess.Popen[str]) -> None:
+def _kill(process: subprocess.Popen[str]) -> None:
     kill_session(process.pid)
     process.wait()
 
@@ -109,10 +109,10 @@ def run_streamed(
         try:
             returncode = process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(process)
+            _kill(process)
             returncode = 124
         except BaseException:  # interrupted: stop the children before the pipe closes
-            _kill_group(process)
+            _kill(process)
             echoer.join()
             raise
         finally:

@@ -159,9 +159,8 @@ def compile_sources(source: Path, build_dir: Path, target: Target, torch: Path,
     if shutil.which("ninja") is None:
         raise CrossSetupError("ninja is not installed; run: pip install ninja")
     configure = subprocess.run(
-        ["cmake", "-S", str(source), "-B", str(build_dir), "-G", "Ninja",
-         f"-DCMAKE_TOOLCHAIN_FILE={toolchain_file(source, target)}", f"-DMOE_TORCH_DIR={torch}",
-         "-DCMAKE_BUILD_TYPE=Release"],
+        ["cmake", "-S", str(source), "-B", str(build_dir), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"],
+        env={**os.environ, **cross_env(source, target, torch)},  # as the wheel's cross build sets it
         capture_output=True, text=True,
     )
     if configure.returncode != 0:

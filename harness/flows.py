@@ -99,8 +99,7 @@ def build_time_ratios(steps: console.StepLog) -> list[str]:
     return lines
 
 
-def _report_steps(steps: console.StepLog) -> None:
-    print("\n" + steps.table(), flush=True)
+def _print_build_time_ratios(steps: console.StepLog) -> None:
     for line in build_time_ratios(steps):
         print(line, flush=True)
 
@@ -114,7 +113,8 @@ def build(posargs: Sequence[str], tools: builds.Tools) -> None:
         _prepare(targets, steps)
         for target, builder in planned:
             _build(target, builder, tools, options.force, steps)
-    _report_steps(steps)
+    print("\n" + steps.table(), flush=True)
+    _print_build_time_ratios(steps)
 
 
 def test(arch: str, posargs: Sequence[str]) -> bool:
@@ -158,9 +158,8 @@ def matrix(posargs: Sequence[str], tools: builds.Tools) -> bool:
         except BaseException:  # interrupted: stop the background work too
             console.stop_all()
             raise
-    ok = write_summary(records, steps, REPORTS)
-    for line in build_time_ratios(steps):
-        print(line, flush=True)
+    ok = write_summary(records, steps, REPORTS)  # prints the steps' table too
+    _print_build_time_ratios(steps)
     return ok
 
 

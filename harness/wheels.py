@@ -83,19 +83,22 @@ def _merged(requirements: Iterable[Requirement]) -> dict[str, Requirement]:
     return merged
 
 
-def pip_download_command(
-    requirements: Sequence[str], dest: Path, target: Target, python_version: str
-) -> list[str]:
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
-    command += [f"--platform={tag}" for tag in platform_tags(target)]
-    command += [
+def target_interpreter_options(target: Target, python_version: str) -> list[str]:
+    """pip's options that pick wheels for the target's platform and CPython, not the host's."""
+    return [
+        "--only-binary=:all:",
+        *(f"--platform={tag}" for tag in platform_tags(target)),
         f"--python-version={python_version}",
         "--implementation=cp",
         f"--abi=cp{python_version.replace('.', '')}",
-        f"--dest={dest}",
-        *requirements,
     ]
-    return command
+
+
+def pip_download_command(
+    requirements: Sequence[str], dest: Path, target: Target, python_version: str
+) -> list[str]:
+    return [sys.executable, "-m", "pip", "download", "--no-deps",
+            *target_interpreter_options(target, python_version), f"--dest={dest}", *requirements]
 
 
 def pip_install_target_command(wheels: Sequence[Path], site_packages: Path, target: Target) -> list[str]:
@@ -107,17 +110,9 @@ def pip_install_target_command(wheels: Sequence[Path], site_packages: Path, targ
     """
     python_version = target.python_versions[0]
     same_python = f"{sys.version_info[0]}.{sys.version_info[1]}" == python_version
-    command = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--only-binary=:all:"]
-    command += [f"--platform={tag}" for tag in platform_tags(target)]
-    command += [
-        f"--python-version={python_version}",
-        "--implementation=cp",
-        f"--abi=cp{python_version.replace('.', '')}",
-        f"--target={site_packages}",
-        *([] if same_python else ["--no-compile"]),
-        *map(str, wheels),
-    ]
-    return command
+    return [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
+            *target_interpreter_options(target, python_version), f"--target={site_packages}",
+            *([] if same_python else ["--no-compile"]), *map(str, wheels)]
 
 
 Runner = Callable[[list[str]], None]
