@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+from harness.errors import HarnessError
 from harness.targets import load_targets
 
 REPO = Path(__file__).resolve().parent.parent
@@ -21,7 +22,11 @@ SUPPORTED_ISAS = "import moe_kernels; print(*moe_kernels.supported_isas())"
 
 def host_torch_requirement() -> str:
     """The torch the target table names for this machine's architecture."""
-    return load_targets(REPO / "pyproject.toml")[platform.machine()].torch
+    targets = load_targets(REPO / "pyproject.toml")
+    machine = platform.machine()
+    if machine not in targets:
+        raise HarnessError(f"no target in the table for this host's architecture {machine}")
+    return targets[machine].torch
 
 
 class Session(Protocol):

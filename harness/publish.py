@@ -508,25 +508,14 @@ def ensure_sdist(python: str, wheelhouse: Path) -> None:
         build_sdist(python, wheelhouse)
 
 
-def torch_for_sdist(pyproject: Path = REPO / "pyproject.toml") -> str:
-    """The host architecture's torch requirement: the sdist's metadata is made by
-    build_support/torch_pin.py, which imports torch."""
-    import platform
-
-    targets = load_targets(pyproject)
-    machine = platform.machine()
-    if machine not in targets:
-        raise PublishError(f"no target in the table for this host's architecture {machine}")
-    return targets[machine].torch
-
-
 def requirements(argv: Sequence[str]) -> list[str]:
     """What `nox -s publish -- ARGV` installs: twine to check and upload and, when
-    the sdist is to be built, build, the backend at the wheels' pins and the host's torch."""
+    the sdist is to be built, build and the backend at the wheels' pins (making an
+    sdist needs no torch: build_support/torch_pin.py leaves its pin to the wheel)."""
     args = parse_args(argv)
     tools = ["twine>=6.1", "packaging>=24"]
     if args.sdist_only or needs_sdist_build(args.wheelhouse):
-        tools += ["build>=1.2", *backend_requirements(), torch_for_sdist()]
+        tools += ["build>=1.2", *backend_requirements()]
     return tools
 
 
