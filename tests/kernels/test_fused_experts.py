@@ -174,7 +174,8 @@ def test_prefill_rows(method: int, packed: bool) -> None:
 @pytest.mark.parametrize("threads", [2, 3])
 def test_parallel_matches_reference(method: int, threads: int) -> None:
     """With ATen threads on (the suite otherwise runs single-threaded), work split
-    across threads gives the same answer."""
+    across threads gives the same answer, to the bit: every output value is
+    computed by one work item, and slots are summed in a fixed order."""
     problem = make_moe_problem(67, 72, 40, 8, 3, torch.bfloat16, method, bias=True, seed=11)
     expected = problem.run(reference.fused_experts)
     serial = moe_kernels.fused_experts(**problem.kwargs())
@@ -185,4 +186,4 @@ def test_parallel_matches_reference(method: int, threads: int) -> None:
     finally:
         torch.set_num_threads(previous)
     assert_matches_reference(parallel, expected, method, torch.bfloat16)
-    assert_matches_reference(parallel, serial, method, torch.bfloat16)
+    assert torch.equal(parallel, serial)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -60,11 +62,34 @@ def test_isa_is_supported_and_generic_comes_first() -> None:
     assert len(set(supported)) == len(supported)
 
 
-@pytest.mark.parametrize("variable", ["MOE_KERNELS_ISA", "MOE_KERNELS_EXPECT_ISA"])
-def test_isa_is_the_one_asked_for(variable: str) -> None:
-    """MOE_KERNELS_ISA forces a path; MOE_KERNELS_EXPECT_ISA is the harness saying
-    which path this CPU must pick on its own."""
-    expected = os.environ.get(variable)
-    if not expected:
-        pytest.skip(f"{variable} is not set")
+def test_isa_is_the_one_expected() -> None:
+    """The harness names the path this CPU (model) must pick in MOE_KERNELS_EXPECT_ISA;
+    otherwise the path is the forced one, or the highest this CPU supports."""
+    expected = (
+        os.environ.get("MOE_KERNELS_EXPECT_ISA")
+        or os.environ.get("MOE_KERNELS_ISA")
+        or moe_kernels.supported_isas()[-1]
+    )
     assert moe_kernels.isa() == expected
+
+
+def _isa_in_fresh_interpreter(forced: str) -> subprocess.CompletedProcess[str]:
+    """The path is chosen once per process, so each forced choice needs its own."""
+    return subprocess.run(
+        [sys.executable, "-c", "import moe_kernels; print(moe_kernels.isa())"],
+        env={**os.environ, "MOE_KERNELS_ISA": forced}, capture_output=True, text=True,
+    )
+
+
+def test_every_supported_isa_can_be_forced() -> None:
+    for level in moe_kernels.supported_isas():
+        result = _isa_in_fresh_interpreter(level)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == level
+
+
+def test_unknown_isa_is_refused_with_the_choices() -> None:
+    result = _isa_in_fresh_interpreter("no-such-level")
+    assert result.returncode != 0
+    assert "MOE_KERNELS_ISA=no-such-level names no kernel path" in result.stderr
+    assert "generic" in result.stderr
