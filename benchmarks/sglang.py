@@ -12,7 +12,7 @@ and ``torch.ops.load_library`` it; vLLM itself is never installed. It registers
         float? limit, bool is_vnni) -> ()
     _C::convert_weight_packed(Tensor weight) -> Tensor
 
-Conventions found by experiment (Zen 4, AVX-512 BF16/VNNI, no AMX):
+Conventions found by experiment on these x86_64 machines:
 - methods 0 (bf16), 1 (int8 w8a8) and 2 (fp8 w8a16) all run; is_vnni=True takes
   ``convert_weight_packed`` output (int8 rows grow by 4 bytes: an int32
   compensation term per output channel for its u8 x s8 dot products);
