@@ -191,6 +191,7 @@ struct WeightTile {
   const float* channel_scale;  // INT8
   bool fp8 = false;            // raw fp8 values for gemm_bf16_fp8, with these scales
   Fp8Scales fp8_scales{};
+  bool tiles = false;          // bf16 or int8 values in the tile layout
 };
 
 // Multiplies activation rows by tiles of expert weights: c[i * tile.rows + j], fp32.
@@ -211,6 +212,7 @@ class ExpertGemm {
     WeightTile t{base + r0 * ld * elem, ld, w_.packed ? a_ld : w_.cols, r1 - r0,
                  row_sums ? row_sums + r0 : nullptr,
                  w_.channel_scale ? w_.channel_scale + expert * w_.rows + r0 : nullptr};
+    t.tiles = w_.tiles;
     if (w_.dtype == at::kFloat8_e4m3fn && compute_ == ComputeType::kBF16 && kernels_.gemm_bf16_fp8 &&
         m <= kFusedFp8Rows) {
       // The logical width: block scales end there, padding or not.
@@ -237,9 +239,9 @@ class ExpertGemm {
   void run(const Activations& a, int64_t row, int64_t m, const WeightTile& w, float* c) const {
     switch (compute_) {
       case ComputeType::kInt8:
-        kernels_.gemm_s8(m, w.rows, w.k, a.s8.get() + row * a.ld, a.ld, a.scale.get() + row,
-                         reinterpret_cast<const int8_t*>(w.values), w.ld, w.channel_scale, w.row_sums, c,
-                         w.rows);
+        (w.tiles ? kernels_.gemm_s8_tiles : kernels_.gemm_s8)(
+            m, w.rows, w.k, a.s8.get() + row * a.ld, a.ld, a.scale.get() + row,
+            reinterpret_cast<const int8_t*>(w.values), w.ld, w.channel_scale, w.row_sums, c, w.rows);
         break;
       case ComputeType::kBF16:
         if (w.fp8) {
@@ -247,8 +249,9 @@ class ExpertGemm {
                                  w.rows);
           break;
         }
-        kernels_.gemm_bf16(m, w.rows, w.k, a.bf16.get() + row * a.ld, a.ld,
-                           reinterpret_cast<const uint16_t*>(w.values), w.ld, c, w.rows);
+        (w.tiles ? kernels_.gemm_bf16_tiles : kernels_.gemm_bf16)(
+            m, w.rows, w.k, a.bf16.get() + row * a.ld, a.ld, reinterpret_cast<const uint16_t*>(w.values), w.ld, c,
+            w.rows);
         break;
       case ComputeType::kF32:
         kernels_.gemm_f32(m, w.rows, w.k, a.f32.get() + row * a.ld, a.ld,
@@ -390,7 +393,8 @@ const uint8_t* WeightOperand::expert_rows(int64_t expert, int64_t* ld, const int
 }
 
 at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const FusedExpertsArgs& args) {
-  const MoeProblem p = check_fused_experts_args(args, arch);
+  const MoeProblem p =
+      check_fused_experts_args(args, arch, kernels.reads_tiles());
   at::Tensor out = args.inplace ? args.hidden_states : at::empty_like(args.hidden_states);
   if (p.tokens == 0) return out;
 
