@@ -79,9 +79,10 @@ struct KernelSet {
   // The GEMMs above with b in the tile layout (null: the level reads rows only).
   // A level that has them is given bf16 and int8 weights in that layout by
   // convert_weight_packed wherever it applies (packing.h): each 16-row block of
-  // b, ldb values a row, is a run of 16 x 64-byte panels, one per 64 bytes of K,
-  // whose row g holds 4-byte group g of K of each of the block's 16 rows. b
-  // points at a block, n is a multiple of 16 and k == ldb.
+  // b, ldb values (L bytes) a row, holds in its bytes [g L + p, g L + p + 64)
+  // 4-byte group g of bytes [p, p + 64) of K of each of its 16 rows (p a
+  // multiple of 64): a tile with rows L apart, and L contiguous bytes per g for
+  // a stream. b points at a block, n is a multiple of 16 and k == ldb.
   GemmBF16Fn gemm_bf16_tiles = nullptr;
   GemmS8Fn gemm_s8_tiles = nullptr;
 

@@ -45,8 +45,8 @@ void store_tiles(const uint8_t* src, int64_t rows, int64_t cols, int64_t elem, i
     uint8_t* block = dst + (r / 16) * 16 * row_bytes + (r % 16) * 4;
     const uint8_t* row = src + r * col_bytes;
     for (int64_t p = 0; p < col_bytes; p += 4) {
-      // panel p / 64, its row (p % 64) / 4, this row's 4 bytes in it
-      std::memcpy(block + (p / 64) * 1024 + (p % 64) / 4 * 64, row + p,
+      // the tile of bytes [p / 64 * 64, + 64), its row (p % 64) / 4
+      std::memcpy(block + (p % 64) / 4 * row_bytes + p / 64 * 64, row + p,
                   static_cast<size_t>(std::min<int64_t>(4, col_bytes - p)));
     }
   }

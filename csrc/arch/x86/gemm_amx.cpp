@@ -17,7 +17,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <type_traits>
 
 #include "arch/x86/kernels_x86.h"
 #include "core/kernels.h"
@@ -76,14 +75,15 @@ MOE_X86_INLINE void transpose16x16(__m512i (&r)[16]) {
 }
 
 // Rows [0, rows) of b (rows <= 16, the rest zero), k_bytes of each, as a
-// panel of tiles: tile row g holds 4-byte group g (2 bf16 or 4 int8 values of
-// K) of each of the 16 rows.
+// panel in the tile layout (kernels.h): the tile of K bytes [p, p + 64) is 16
+// rows k_bytes apart from panel + p, its row g holding 4-byte group g of
+// those bytes (2 bf16 or 4 int8 values of K) of each of the 16 rows of b.
 void pack_panel(const uint8_t* b, int64_t ldb, int rows, int64_t k_bytes, uint8_t* panel) {
   for (int64_t p = 0; p < k_bytes; p += kTileBytes) {
     __m512i r[16];
     for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_si512(b + i * ldb + p) : _mm512_setzero_si512();
     transpose16x16(r);
-    for (int i = 0; i < 16; ++i) _mm512_store_si512(panel + p * kTileRows + i * kTileBytes, r[i]);
+    for (int i = 0; i < 16; ++i) _mm512_store_si512(panel + i * k_bytes + p, r[i]);
   }
 }
 
@@ -117,16 +117,16 @@ void tile_loop(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t 
       _tile_zero(1);
       for (int64_t p = 0; p < k_bytes; p += kTileBytes) {
         if (i == 0 && p + kAhead < k_bytes) {
-          for (int l = 0; l < kTileRows * kTileBytes; l += 64) {
-            _mm_prefetch(reinterpret_cast<const char*>(panel0 + (p + kAhead) * kTileRows + l), _MM_HINT_T0);
-            if (nb > kTileRows) _mm_prefetch(reinterpret_cast<const char*>(panel1 + (p + kAhead) * kTileRows + l), _MM_HINT_T0);
+          for (int g = 0; g < kTileRows; ++g) {
+            _mm_prefetch(reinterpret_cast<const char*>(panel0 + g * k_bytes + p + kAhead), _MM_HINT_T0);
+            if (nb > kTileRows) _mm_prefetch(reinterpret_cast<const char*>(panel1 + g * k_bytes + p + kAhead), _MM_HINT_T0);
           }
         }
         _tile_loadd(2, a + i * lda + p, lda);
-        _tile_loadd(3, panel0 + p * kTileRows, kTileBytes);
+        _tile_loadd(3, panel0 + p, k_bytes);
         dot.first();
         if (nb > kTileRows) {
-          _tile_loadd(4, panel1 + p * kTileRows, kTileBytes);
+          _tile_loadd(4, panel1 + p, k_bytes);
           dot.second();
         }
       }
@@ -241,7 +241,8 @@ void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, cons
 
 // Below kMinRows rows of a, tiles would idle: AVX-512 dot products read the
 // tile layout in place instead, one panel row (a 4-byte group of K of 16
-// columns) per instruction against that group of a row of a, broadcast.
+// columns) per instruction against that group of a row of a, broadcast - no
+// horizontal sums.
 struct MaddBF16 {
   using Acc = __m512;
   static MOE_X86_INLINE Acc zero() { return _mm512_setzero_ps(); }
@@ -253,7 +254,10 @@ struct MaddBF16 {
   static MOE_X86_INLINE Acc madd(Acc acc, __m512i a, __m512i b) {
     return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
   }
-  static MOE_X86_INLINE void store(int32_t* dst, Acc acc) { _mm512_store_ps(reinterpret_cast<float*>(dst), acc); }
+  static MOE_X86_INLINE Acc add(Acc x, Acc y) { return _mm512_add_ps(x, y); }
+  static MOE_X86_INLINE void store(int32_t* dst, Acc acc, const int32_t*) {
+    _mm512_store_ps(reinterpret_cast<float*>(dst), acc);
+  }
 };
 
 // vpdpbusd multiplies unsigned by signed: a + 128, and 128 * the row sums of
@@ -267,57 +271,52 @@ struct MaddU8S8 {
     return _mm512_set1_epi32(group ^ static_cast<int32_t>(0x80808080u));
   }
   static MOE_X86_INLINE Acc madd(Acc acc, __m512i a, __m512i b) { return _mm512_dpbusd_epi32(acc, a, b); }
-  static MOE_X86_INLINE void store(int32_t* dst, Acc acc) { _mm512_store_si512(dst, acc); }
+  static MOE_X86_INLINE Acc add(Acc x, Acc y) { return _mm512_add_epi32(x, y); }
+  // b_sum: the 16 columns' row sums (read past nb: the packed sums are padded).
+  static MOE_X86_INLINE void store(int32_t* dst, Acc acc, const int32_t* b_sum) {
+    _mm512_store_si512(dst, _mm512_sub_epi32(acc, _mm512_slli_epi32(_mm512_loadu_si512(b_sum), 7)));
+  }
 };
 
-// Rows [0, MR) of a times the tile-layout b, each 16 x 32 block of results
-// handed to finish as tile_loop does (b_sum: MaddU8S8's row sums).
+// Decode streams b from memory once, as the row kernels do: a 16-column block
+// is 16 runs of k_bytes (tile rows g, each with every tile's row g), read
+// kStreams side by side with their own accumulators and no horizontal sums.
+// Stream s reads runs s * kPasses + q in pass q, so that short runs (int8)
+// still give it whole pages, and prefetches the run it reads next (after the
+// last pass, in the next block, which the next call usually reads).
+constexpr int kStreams = 8;
+constexpr int kPasses = kTileRows / kStreams;
+
+// Rows [0, MR) of a times the tile-layout b, each block of 16 columns handed
+// to finish(0, j, MR, nb, block) as tile_loop does (b_sum: MaddU8S8's).
 template <class Op, int MR, class Finish>
 void stream_panels(int64_t n, int64_t k_bytes, const uint8_t* a, int64_t lda, const uint8_t* b,
                    const int32_t* b_sum, Finish finish) {
+  static_assert(kPasses * kStreams == kTileRows, "streams split a block's runs evenly");
   alignas(64) int32_t block[kTileRows * 2 * kTileRows];
-  for (int64_t j = 0; j < n; j += 2 * kTileRows) {
-    const int nb = static_cast<int>(n - j < 2 * kTileRows ? n - j : 2 * kTileRows);
-    const int panels = nb > kTileRows ? 2 : 1;
-    const uint8_t* panel[2] = {b + j * k_bytes, b + (j + kTileRows) * k_bytes};
-    constexpr int kAcc = MR == 1 ? 4 : 2;
-    typename Op::Acc acc[MR][2][kAcc];
+  for (int64_t j = 0; j < n; j += kTileRows) {
+    const uint8_t* bj = b + j * k_bytes;
+    typename Op::Acc acc[MR][kStreams];
     for (int r = 0; r < MR; ++r) {
-      for (int q = 0; q < 2; ++q) {
-        for (int u = 0; u < kAcc; ++u) acc[r][q][u] = Op::zero();
-      }
+      for (int s = 0; s < kStreams; ++s) acc[r][s] = Op::zero();
     }
-    for (int64_t p = 0; p < k_bytes; p += kTileBytes) {
-      // Past a panel's end lie the next rows of b, which the next call reads.
-      for (int q = 0; q < panels; ++q) {
-        for (int l = 0; l < kTileRows * kTileBytes; l += 64) {
-          _mm_prefetch(reinterpret_cast<const char*>(panel[q] + (p + kAhead) * kTileRows + l), _MM_HINT_T0);
-        }
-      }
-      for (int g = 0; g < kTileRows; ++g) {
-        __m512i va[MR];
-        for (int r = 0; r < MR; ++r) va[r] = Op::broadcast(a + r * lda + p + 4 * g);
-        for (int q = 0; q < panels; ++q) {
-          const __m512i vb = _mm512_load_si512(panel[q] + p * kTileRows + g * kTileBytes);
-          for (int r = 0; r < MR; ++r) acc[r][q][g % kAcc] = Op::madd(acc[r][q][g % kAcc], va[r], vb);
+    for (int q = 0; q < kPasses; ++q) {
+      const int64_t ahead = (q + 1 < kPasses ? 1 : kTileRows - q) * k_bytes;
+      for (int64_t p = 0; p < k_bytes; p += kTileBytes) {
+        for (int s = 0; s < kStreams; ++s) {
+          const int g = s * kPasses + q;
+          const uint8_t* pb = bj + g * k_bytes + p;
+          _mm_prefetch(reinterpret_cast<const char*>(pb + ahead), _MM_HINT_T0);
+          const __m512i vb = _mm512_load_si512(pb);
+          for (int r = 0; r < MR; ++r) acc[r][s] = Op::madd(acc[r][s], Op::broadcast(a + r * lda + p + 4 * g), vb);
         }
       }
     }
     for (int r = 0; r < MR; ++r) {
-      for (int q = 0; q < panels; ++q) {
-        if constexpr (std::is_same_v<typename Op::Acc, __m512>) {
-          for (int u = 1; u < kAcc; ++u) acc[r][q][0] = _mm512_add_ps(acc[r][q][0], acc[r][q][u]);
-          Op::store(block + r * 2 * kTileRows + q * kTileRows, acc[r][q][0]);
-        } else {
-          for (int u = 1; u < kAcc; ++u) acc[r][q][0] = _mm512_add_epi32(acc[r][q][0], acc[r][q][u]);
-          const __mmask16 lanes = static_cast<__mmask16>(nb - q * kTileRows >= kTileRows ? 0xffff : (1u << (nb - q * kTileRows)) - 1);
-          const __m512i bias = _mm512_slli_epi32(_mm512_maskz_loadu_epi32(lanes, b_sum + j + q * kTileRows), 7);
-          Op::store(block + r * 2 * kTileRows + q * kTileRows,
-                    _mm512_sub_epi32(acc[r][q][0], bias));
-        }
-      }
+      for (int s = 1; s < kStreams; ++s) acc[r][0] = Op::add(acc[r][0], acc[r][s]);
+      Op::store(block + r * 2 * kTileRows, acc[r][0], b_sum == nullptr ? nullptr : b_sum + j);
     }
-    finish(0, j, MR, nb, block);
+    finish(0, j, MR, static_cast<int>(n - j < kTileRows ? n - j : kTileRows), block);
   }
 }
 
