@@ -58,18 +58,21 @@ std::unique_ptr<T[], AlignedFree> aligned_buffer(int64_t count) {
 uint16_t to_bf16_bits(float value) { return c10::BFloat16(value).x; }
 
 void quantize_row_int8(const float* x, int64_t n, int8_t* q, float* scale) {
-  // Eight running maxima: one is a chain of dependent maxss the compiler may
-  // not reorder.
-  float lanes[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) lanes[j] = std::max(lanes[j], std::fabs(x[i + j]));
+  // The largest |x| as the bits of a non-negative float, which order as
+  // integers do: an integer max, which the compiler vectorizes (a float max
+  // it may not, for NaN's sake; NaNs are skipped here as std::max skips them).
+  int32_t amax_bits = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t bits;
+    std::memcpy(&bits, x + i, sizeof(bits));
+    bits &= 0x7fffffff;
+    amax_bits = std::max(amax_bits, bits <= 0x7f800000 ? bits : 0);
   }
-  for (; i < n; ++i) lanes[0] = std::max(lanes[0], std::fabs(x[i]));
-  const float amax = *std::max_element(lanes, lanes + 8);
+  float amax;
+  std::memcpy(&amax, &amax_bits, sizeof(amax));
   const float s = std::max(amax, 1e-10f) / 127.f;
   // x / s lies in [-127, 127].
-  for (i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     const float rounded = (x[i] / s + kRoundToInteger) - kRoundToInteger;
     q[i] = static_cast<int8_t>(std::min(std::max(rounded, -127.f), 127.f));
   }
