@@ -284,7 +284,7 @@ struct MaddU8S8 {
 // Stream s reads runs s * kPasses + q in pass q, so that short runs (int8)
 // still give it whole pages, and prefetches the run it reads next (after the
 // last pass, in the next block, which the next call usually reads).
-constexpr int kStreams = 8;
+constexpr int kStreams = 4;
 constexpr int kPasses = kTileRows / kStreams;
 
 // Rows [0, MR) of a times the tile-layout b, each block of 16 columns handed
