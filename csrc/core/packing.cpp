@@ -98,7 +98,8 @@ at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackA
   const int64_t experts = weight.size(0), rows = weight.size(1), cols = weight.size(2);
   const int64_t block_bytes = packed_nbytes(rows, cols, dtype);
   at::Tensor packed = at::empty({experts, block_bytes}, weight.options().dtype(at::kByte));
-  const PackLayout layout = active_kernels().reads_tiles() && tiles_apply(rows, dtype) ? PackLayout::kTiles16 : PackLayout::kRows;
+  const PackLayout layout =
+      active_kernels().reads_tiles() && tiles_apply(rows, dtype) ? PackLayout::kTiles16 : PackLayout::kRows;
   const PackedHeader header = make_header(rows, cols, dtype, arch, layout);
   const int64_t elem = c10::elementSize(dtype);
   const auto* src = static_cast<const uint8_t*>(weight.data_ptr());

@@ -118,8 +118,9 @@ void tile_loop(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t 
       for (int64_t p = 0; p < k_bytes; p += kTileBytes) {
         if (i == 0 && p + kAhead < k_bytes) {
           for (int g = 0; g < kTileRows; ++g) {
-            _mm_prefetch(reinterpret_cast<const char*>(panel0 + g * k_bytes + p + kAhead), _MM_HINT_T0);
-            if (nb > kTileRows) _mm_prefetch(reinterpret_cast<const char*>(panel1 + g * k_bytes + p + kAhead), _MM_HINT_T0);
+            const int64_t at = g * k_bytes + p + kAhead;
+            _mm_prefetch(reinterpret_cast<const char*>(panel0 + at), _MM_HINT_T0);
+            if (nb > kTileRows) _mm_prefetch(reinterpret_cast<const char*>(panel1 + at), _MM_HINT_T0);
           }
         }
         _tile_loadd(2, a + i * lda + p, lda);
@@ -156,7 +157,9 @@ void tile_gemm(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t 
       m, n, k_bytes, a, lda,
       [&](int64_t j, int64_t nb, const uint8_t** p0, const uint8_t** p1) {
         pack_panel(b + j * ldb, ldb, static_cast<int>(nb < kTileRows ? nb : kTileRows), k_bytes, panel0);
-        if (nb > kTileRows) pack_panel(b + (j + kTileRows) * ldb, ldb, static_cast<int>(nb - kTileRows), k_bytes, panel1);
+        if (nb > kTileRows) {
+          pack_panel(b + (j + kTileRows) * ldb, ldb, static_cast<int>(nb - kTileRows), k_bytes, panel1);
+        }
         *p0 = panel0;
         *p1 = panel1;
       },
