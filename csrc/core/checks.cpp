@@ -48,12 +48,13 @@ const float* check_bias(const std::optional<at::Tensor>& bias, const char* name,
 
 // Fills rows/cols/dtype of w1 or w2 from an unpacked [E, rows, cols] tensor or
 // a packed one; returns E.
-int64_t describe_weight(const at::Tensor& w, const char* name, bool is_vnni, PackArch arch,
+int64_t describe_weight(const at::Tensor& w, const char* name, bool is_vnni, PackArch arch, bool tiles,
                         WeightOperand* operand) {
   operand->tensor = &w;
   operand->packed = is_vnni;
   if (is_vnni) {
-    const PackedHeader header = check_packed(w, name, arch);
+    const PackedHeader header = check_packed(w, name, arch, tiles);
+    operand->tiles = header.layout == static_cast<int32_t>(PackLayout::kTiles16);
     operand->rows = header.rows;
     operand->cols = header.cols;
     operand->dtype = static_cast<at::ScalarType>(header.dtype);
@@ -71,7 +72,7 @@ int64_t describe_weight(const at::Tensor& w, const char* name, bool is_vnni, Pac
 
 }  // namespace
 
-MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch) {
+MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch, bool tiles) {
   MoeProblem p;
   p.method = check_method(args.moe_comp_method);
   const char* method = method_name(args.moe_comp_method);
@@ -108,8 +109,8 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch)
   MOE_CHECK(!args.w1_zero.has_value(), "w1_zero is only used by INT4_W4A8, not ", method);
   MOE_CHECK(!args.w2_zero.has_value(), "w2_zero is only used by INT4_W4A8, not ", method);
 
-  const int64_t e1 = describe_weight(args.w1, "w1", args.is_vnni, arch, &p.w1);
-  const int64_t e2 = describe_weight(args.w2, "w2", args.is_vnni, arch, &p.w2);
+  const int64_t e1 = describe_weight(args.w1, "w1", args.is_vnni, arch, tiles, &p.w1);
+  const int64_t e2 = describe_weight(args.w2, "w2", args.is_vnni, arch, tiles, &p.w2);
   const at::ScalarType wdtype = weight_dtype(p.method, p.act_dtype);
   MOE_CHECK(p.w1.dtype == wdtype, "w1 must be ", wdtype, " for ", method, " with ", p.act_dtype,
             " hidden_states, got ", p.w1.dtype);

@@ -58,18 +58,21 @@ std::unique_ptr<T[], AlignedFree> aligned_buffer(int64_t count) {
 uint16_t to_bf16_bits(float value) { return c10::BFloat16(value).x; }
 
 void quantize_row_int8(const float* x, int64_t n, int8_t* q, float* scale) {
-  // Eight running maxima: one is a chain of dependent maxss the compiler may
-  // not reorder.
-  float lanes[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    for (int j = 0; j < 8; ++j) lanes[j] = std::max(lanes[j], std::fabs(x[i + j]));
+  // The largest |x| as the bits of a non-negative float, which order as
+  // integers do: an integer max, which the compiler vectorizes (a float max
+  // it may not, for NaN's sake; NaNs are skipped here as std::max skips them).
+  int32_t amax_bits = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t bits;
+    std::memcpy(&bits, x + i, sizeof(bits));
+    bits &= 0x7fffffff;
+    amax_bits = std::max(amax_bits, bits <= 0x7f800000 ? bits : 0);
   }
-  for (; i < n; ++i) lanes[0] = std::max(lanes[0], std::fabs(x[i]));
-  const float amax = *std::max_element(lanes, lanes + 8);
+  float amax;
+  std::memcpy(&amax, &amax_bits, sizeof(amax));
   const float s = std::max(amax, 1e-10f) / 127.f;
   // x / s lies in [-127, 127].
-  for (i = 0; i < n; ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     const float rounded = (x[i] / s + kRoundToInteger) - kRoundToInteger;
     q[i] = static_cast<int8_t>(std::min(std::max(rounded, -127.f), 127.f));
   }
@@ -191,6 +194,7 @@ struct WeightTile {
   const float* channel_scale;  // INT8
   bool fp8 = false;            // raw fp8 values for gemm_bf16_fp8, with these scales
   Fp8Scales fp8_scales{};
+  bool tiles = false;          // bf16 or int8 values in the tile layout
 };
 
 // Multiplies activation rows by tiles of expert weights: c[i * tile.rows + j], fp32.
@@ -211,6 +215,7 @@ class ExpertGemm {
     WeightTile t{base + r0 * ld * elem, ld, w_.packed ? a_ld : w_.cols, r1 - r0,
                  row_sums ? row_sums + r0 : nullptr,
                  w_.channel_scale ? w_.channel_scale + expert * w_.rows + r0 : nullptr};
+    t.tiles = w_.tiles;
     if (w_.dtype == at::kFloat8_e4m3fn && compute_ == ComputeType::kBF16 && kernels_.gemm_bf16_fp8 &&
         m <= kFusedFp8Rows) {
       // The logical width: block scales end there, padding or not.
@@ -237,9 +242,9 @@ class ExpertGemm {
   void run(const Activations& a, int64_t row, int64_t m, const WeightTile& w, float* c) const {
     switch (compute_) {
       case ComputeType::kInt8:
-        kernels_.gemm_s8(m, w.rows, w.k, a.s8.get() + row * a.ld, a.ld, a.scale.get() + row,
-                         reinterpret_cast<const int8_t*>(w.values), w.ld, w.channel_scale, w.row_sums, c,
-                         w.rows);
+        (w.tiles ? kernels_.gemm_s8_tiles : kernels_.gemm_s8)(
+            m, w.rows, w.k, a.s8.get() + row * a.ld, a.ld, a.scale.get() + row,
+            reinterpret_cast<const int8_t*>(w.values), w.ld, w.channel_scale, w.row_sums, c, w.rows);
         break;
       case ComputeType::kBF16:
         if (w.fp8) {
@@ -247,8 +252,9 @@ class ExpertGemm {
                                  w.rows);
           break;
         }
-        kernels_.gemm_bf16(m, w.rows, w.k, a.bf16.get() + row * a.ld, a.ld,
-                           reinterpret_cast<const uint16_t*>(w.values), w.ld, c, w.rows);
+        (w.tiles ? kernels_.gemm_bf16_tiles : kernels_.gemm_bf16)(
+            m, w.rows, w.k, a.bf16.get() + row * a.ld, a.ld, reinterpret_cast<const uint16_t*>(w.values), w.ld, c,
+            w.rows);
         break;
       case ComputeType::kF32:
         kernels_.gemm_f32(m, w.rows, w.k, a.f32.get() + row * a.ld, a.ld,
@@ -390,7 +396,8 @@ const uint8_t* WeightOperand::expert_rows(int64_t expert, int64_t* ld, const int
 }
 
 at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const FusedExpertsArgs& args) {
-  const MoeProblem p = check_fused_experts_args(args, arch);
+  const MoeProblem p =
+      check_fused_experts_args(args, arch, kernels.reads_tiles());
   at::Tensor out = args.inplace ? args.hidden_states : at::empty_like(args.hidden_states);
   if (p.tokens == 0) return out;
 

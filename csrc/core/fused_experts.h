@@ -45,6 +45,7 @@ struct WeightOperand {
   int64_t rows = 0;
   int64_t cols = 0;
   bool packed = false;
+  bool tiles = false;  // packed in PackLayout::kTiles16
   const at::Tensor* tensor = nullptr;
   const float* channel_scale = nullptr;  // INT8: [E, rows]
   const float* block_scale = nullptr;    // FP8: [E, ceil(rows/bn), ceil(cols/bk)]
@@ -71,7 +72,8 @@ struct MoeProblem {
   at::Tensor owned[4];                // converted biases and scales kept alive
 };
 
-MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch);
+// tiles: the running level reads packed weights in the tile layout.
+MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch, bool tiles);
 
 at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const FusedExpertsArgs& args);
 

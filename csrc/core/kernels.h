@@ -76,6 +76,17 @@ struct KernelSet {
   Fp8ToBF16Fn fp8_to_bf16 = fp8_to_bf16_generic;
   Fp8ToF32Fn fp8_to_f32 = fp8_to_f32_generic;
   GemmBF16Fp8Fn gemm_bf16_fp8 = nullptr;  // null: the driver widens fp8 tiles for gemm_bf16 instead
+  // The GEMMs above with b in the tile layout (null: the level reads rows only).
+  // A level that has them is given bf16 and int8 weights in that layout by
+  // convert_weight_packed wherever it applies (packing.h): each 16-row block of
+  // b, ldb values (L bytes) a row, holds in its bytes [g L + p, g L + p + 64)
+  // 4-byte group g of bytes [p, p + 64) of K of each of its 16 rows (p a
+  // multiple of 64): a tile with rows L apart, and L contiguous bytes per g for
+  // a stream. b points at a block, n is a multiple of 16 and k == ldb.
+  GemmBF16Fn gemm_bf16_tiles = nullptr;
+  GemmS8Fn gemm_s8_tiles = nullptr;
+
+  bool reads_tiles() const { return gemm_bf16_tiles != nullptr && gemm_s8_tiles != nullptr; }
 };
 
 // The portable path: plain C++, built on every architecture.

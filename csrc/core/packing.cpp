@@ -4,8 +4,10 @@
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "core/dispatch.h"
 #include "core/kernels.h"
 #include "core/methods.h"
 #include "moe_kernels.h"
@@ -29,12 +31,35 @@ const char* arch_name(uint32_t arch) {
   return "unknown";
 }
 
-PackedHeader make_header(int64_t rows, int64_t cols, at::ScalarType dtype, PackArch arch) {
+// Where the tile layout applies (see packing.h).
+bool tiles_apply(int64_t rows, at::ScalarType dtype) {
+  return (dtype == at::kBFloat16 || dtype == at::kChar) && rows % 32 == 0;
+}
+
+// Rows [16 b, 16 b + 16) of src (cols values of elem bytes a row) into block
+// b of the tile layout, row_bytes (>= cols * elem, a multiple of 64) a row.
+void store_tiles(const uint8_t* src, int64_t rows, int64_t cols, int64_t elem, int64_t row_bytes,
+                 uint8_t* dst) {
+  const int64_t col_bytes = cols * elem;
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* block = dst + (r / 16) * 16 * row_bytes + (r % 16) * 4;
+    const uint8_t* row = src + r * col_bytes;
+    for (int64_t p = 0; p < col_bytes; p += 4) {
+      // the tile of bytes [p / 64 * 64, + 64), its row (p % 64) / 4
+      std::memcpy(block + (p % 64) / 4 * row_bytes + p / 64 * 64, row + p,
+                  static_cast<size_t>(std::min<int64_t>(4, col_bytes - p)));
+    }
+  }
+}
+
+PackedHeader make_header(int64_t rows, int64_t cols, at::ScalarType dtype, PackArch arch,
+                         PackLayout layout = PackLayout::kRows) {
   PackedHeader header{};
   std::memcpy(header.magic, kMagic, sizeof(kMagic));
   header.version = kVersion;
   header.arch = static_cast<uint32_t>(arch);
   header.dtype = static_cast<int32_t>(dtype);
+  header.layout = static_cast<int32_t>(layout);
   header.rows = rows;
   header.cols = cols;
   header.ld = round_up(cols, kPackAlign);
@@ -73,7 +98,9 @@ at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackA
   const int64_t experts = weight.size(0), rows = weight.size(1), cols = weight.size(2);
   const int64_t block_bytes = packed_nbytes(rows, cols, dtype);
   at::Tensor packed = at::empty({experts, block_bytes}, weight.options().dtype(at::kByte));
-  const PackedHeader header = make_header(rows, cols, dtype, arch);
+  const PackLayout layout =
+      active_kernels().reads_tiles() && tiles_apply(rows, dtype) ? PackLayout::kTiles16 : PackLayout::kRows;
+  const PackedHeader header = make_header(rows, cols, dtype, arch, layout);
   const int64_t elem = c10::elementSize(dtype);
   const auto* src = static_cast<const uint8_t*>(weight.data_ptr());
   auto* dst = packed.data_ptr<uint8_t>();
@@ -83,9 +110,13 @@ at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackA
       std::memset(block, 0, block_bytes);
       std::memcpy(block, &header, sizeof(header));
       const uint8_t* expert_src = src + e * rows * cols * elem;
-      for (int64_t r = 0; r < rows; ++r) {
-        std::memcpy(block + kPackedHeaderBytes + r * header.ld * elem, expert_src + r * cols * elem,
-                    cols * elem);
+      if (layout == PackLayout::kTiles16) {
+        store_tiles(expert_src, rows, cols, elem, header.ld * elem, block + kPackedHeaderBytes);
+      } else {
+        for (int64_t r = 0; r < rows; ++r) {
+          std::memcpy(block + kPackedHeaderBytes + r * header.ld * elem, expert_src + r * cols * elem,
+                      cols * elem);
+        }
       }
       if (header.sums_offset) {
         auto* sums = reinterpret_cast<int32_t*>(block + header.sums_offset);
@@ -101,7 +132,7 @@ at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackA
   return packed;
 }
 
-PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch arch) {
+PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch arch, bool tiles) {
   TORCH_CHECK(packed.scalar_type() == at::kByte && packed.dim() == 2 && packed.size(0) > 0 &&
                   packed.size(1) >= kPackedHeaderBytes,
               "fused_experts_cpu: ", name,
@@ -121,7 +152,14 @@ PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch a
   TORCH_CHECK(dtype == at::kBFloat16 || dtype == at::kHalf || dtype == at::kFloat ||
                   dtype == at::kChar || dtype == at::kFloat8_e4m3fn,
               "fused_experts_cpu: ", name, " has a corrupt packed header (value type)");
-  const PackedHeader expected = make_header(header.rows, header.cols, dtype, arch);
+  const auto layout = static_cast<PackLayout>(header.layout);
+  TORCH_CHECK(layout == PackLayout::kRows || (layout == PackLayout::kTiles16 && tiles_apply(header.rows, dtype)),
+              "fused_experts_cpu: ", name, " has a corrupt packed header (layout)");
+  TORCH_CHECK(layout == PackLayout::kRows || tiles, "fused_experts_cpu: ", name,
+              " was packed in the tile layout of the amx level, which this kernel level does not "
+              "read; repack it with convert_weight_packed under the level that uses it "
+              "(MOE_KERNELS_ISA)");
+  const PackedHeader expected = make_header(header.rows, header.cols, dtype, arch, layout);
   TORCH_CHECK(header.rows > 0 && header.cols > 0 && std::memcmp(&header, &expected, sizeof(header)) == 0 &&
                   packed.size(1) == packed_nbytes(header.rows, header.cols, dtype),
               "fused_experts_cpu: ", name, " has a corrupt packed header");

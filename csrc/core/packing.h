@@ -6,7 +6,11 @@
 // architecture, is refused instead of read as garbage. After the header: the
 // rows, each padded with zeros to a multiple of kPackAlign values and aligned
 // to kPackAlign bytes (kernels run tail-free on them); for int8, the int32 row
-// sums that x86's unsigned*signed VNNI path needs.
+// sums that x86's unsigned*signed VNNI path needs. A level with tile GEMMs
+// (KernelSet::gemm_bf16_tiles) gets its bf16 and int8 values in their tile
+// layout instead, once, where the row count is a multiple of 32 (so the driver's
+// row blocks, and the up half of w1, start on 16-row blocks); the header says
+// which, and a level that cannot read it refuses the tensor.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -17,12 +21,14 @@ namespace moe_kernels {
 
 enum class PackArch : uint32_t { kGeneric = 0, kX86_64 = 1, kAarch64 = 2 };
 
+enum class PackLayout : int32_t { kRows = 0, kTiles16 = 1 };
+
 struct PackedHeader {
   char magic[8];
   uint32_t version;
   uint32_t arch;       // PackArch of the machine that packed it
   int32_t dtype;       // c10::ScalarType of the values
-  int32_t reserved;
+  int32_t layout;      // PackLayout
   int64_t rows;
   int64_t cols;
   int64_t ld;          // padded row length, in values
@@ -39,11 +45,13 @@ struct PackedView {
   int64_t ld;
 };
 
+// In the tile layout where it applies if the running level reads it.
 at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackArch arch);
 
 // Checks that `packed` (the argument called `name`) came from
-// convert_weight_packed on this architecture and returns its header.
-PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch arch);
+// convert_weight_packed on this architecture, in a layout the running level
+// reads (`tiles`: KernelSet::reads_tiles), and returns its header.
+PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch arch, bool tiles);
 
 PackedView packed_expert(const at::Tensor& packed, int64_t expert);
 

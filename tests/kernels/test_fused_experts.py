@@ -187,3 +187,53 @@ def test_parallel_matches_reference(method: int, threads: int) -> None:
         torch.set_num_threads(previous)
     assert_matches_reference(parallel, expected, method, torch.bfloat16)
     assert torch.equal(parallel, serial)
+
+
+@EVERY_METHOD
+@pytest.mark.parametrize("tokens", [1, 3, 37])
+def test_packed_tile_layout(method: int, tokens: int) -> None:
+    """Row counts that are multiples of 32, which the amx level packs in its tile
+    layout (read in place by tiles, and by AVX-512 below 4 rows), with K padded
+    (200 -> 256) and both activations' row orders."""
+    for activation in ("silu", "swiglu"):
+        problem = make_moe_problem(tokens, 224, 48, 4, 2, torch.bfloat16, method, activation=activation,
+                                   bias=True, seed=14)
+        expected = problem.run(reference.fused_experts)
+        actual = moe_kernels.fused_experts(**problem.kwargs(packed=True))
+        assert_matches_reference(actual, expected, method, torch.bfloat16)
+
+
+_PACK_UNDER_AMX = """
+import sys, torch, moe_kernels
+w = torch.randn(2, 64, 64).bfloat16()
+torch.save(moe_kernels.convert_weight_packed(w, 0), sys.argv[1])
+"""
+
+_USE_UNDER_OTHER = """
+import sys, torch, moe_kernels
+w1 = torch.load(sys.argv[1])
+w2 = moe_kernels.convert_weight_packed(torch.randn(2, 64, 32).bfloat16(), 0)
+x = torch.randn(3, 64).bfloat16()
+ids = torch.zeros(3, 1, dtype=torch.int32)
+try:
+    torch.ops.moe_kernels.fused_experts_cpu(x, w1, w2, torch.ones(3, 1), ids, False, 0, None, None, None,
+                                            None, None, None, None, None, None, True)
+except RuntimeError as error:
+    print(error)
+"""
+
+
+@pytest.mark.skipif("amx" not in moe_kernels.supported_isas() or "avx512_bf16" not in moe_kernels.supported_isas(),
+                    reason="needs a CPU with the amx level")
+def test_tile_layout_refused_by_other_levels(tmp_path) -> None:
+    """A weight packed under amx (tile layout) is refused, not misread, by a
+    level that reads rows."""
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "w1.pt")
+    run = lambda code, isa: subprocess.run(  # noqa: E731
+        [sys.executable, "-c", code, path], env={**os.environ, "MOE_KERNELS_ISA": isa},
+        capture_output=True, text=True, check=True).stdout
+    run(_PACK_UNDER_AMX, "amx")
+    assert "tile layout" in run(_USE_UNDER_OTHER, "avx512_bf16")

@@ -6,7 +6,8 @@
 // A tile multiply wants its right operand as 4-byte groups of K interleaved
 // across 16 columns ("VNNI" layout); weights are rows of K values, so each
 // 16-row block of b is transposed (as 16 x 16 groups) into a panel once per
-// call and then meets every row block of a.
+// call and then meets every row block of a - unless convert_weight_packed
+// stored them in that layout already (gemm_*_tiles).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
@@ -23,10 +24,14 @@
 namespace moe_kernels {
 namespace {
 
-// Below this many rows of a, the transposes cost more than tiles save.
+// Below this many rows of a, the transposes cost more than tiles save, and
+// AVX-512 streams tile-layout weights faster than tiles.
 constexpr int64_t kMinRows = 4;
 constexpr int kTileRows = 16;
 constexpr int64_t kTileBytes = 64;  // of K per tile row: 32 bf16 or 64 int8 values
+// The first block of rows of a streams b from memory: its panels are fetched
+// this many bytes of K ahead (the later blocks find them in cache).
+constexpr int64_t kAhead = 2 * kTileBytes;
 
 // Tiles: 0, 1 accumulate c (two 16-column blocks); 2 holds a; 3, 4 the panels.
 struct alignas(64) TileConfig {
@@ -70,14 +75,15 @@ MOE_X86_INLINE void transpose16x16(__m512i (&r)[16]) {
 }
 
 // Rows [0, rows) of b (rows <= 16, the rest zero), k_bytes of each, as a
-// panel of tiles: tile row g holds 4-byte group g (2 bf16 or 4 int8 values of
-// K) of each of the 16 rows.
+// panel in the tile layout (kernels.h): the tile of K bytes [p, p + 64) is 16
+// rows k_bytes apart from panel + p, its row g holding 4-byte group g of
+// those bytes (2 bf16 or 4 int8 values of K) of each of the 16 rows of b.
 void pack_panel(const uint8_t* b, int64_t ldb, int rows, int64_t k_bytes, uint8_t* panel) {
   for (int64_t p = 0; p < k_bytes; p += kTileBytes) {
     __m512i r[16];
     for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_si512(b + i * ldb + p) : _mm512_setzero_si512();
     transpose16x16(r);
-    for (int i = 0; i < 16; ++i) _mm512_store_si512(panel + p * kTileRows + i * kTileBytes, r[i]);
+    for (int i = 0; i < 16; ++i) _mm512_store_si512(panel + i * k_bytes + p, r[i]);
   }
 }
 
@@ -87,8 +93,54 @@ struct AlignedFree {
 
 // The loop nest of both tile GEMMs, on bytes: blocks of 16 rows of a (tile
 // 2) meet 32 rows of b (panels in tiles 3, 4) over all of K, into tiles 0, 1.
-// Each 16 x 32 block of results is handed to finish(i, j, rows, nb, block),
-// block being 32 values a row.
+// panels(j, nb) gives the two panels of rows [j, j + nb) of b, 16 * k_bytes
+// each. Each 16 x 32 block of results is handed to finish(i, j, rows, nb,
+// block), block being 32 values a row.
+template <class Panels, class Dot, class Finish>
+void tile_loop(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t lda, Panels panels, Dot dot,
+               Finish finish) {
+  alignas(64) int32_t block[kTileRows * 2 * kTileRows];
+  int configured = 0;
+  for (int64_t j = 0; j < n; j += 2 * kTileRows) {
+    const int64_t nb = n - j < 2 * kTileRows ? n - j : 2 * kTileRows;
+    const uint8_t* panel0;
+    const uint8_t* panel1;
+    panels(j, nb, &panel0, &panel1);
+    for (int64_t i = 0; i < m; i += kTileRows) {
+      const int rows = static_cast<int>(m - i < kTileRows ? m - i : kTileRows);
+      if (rows != configured) {
+        const TileConfig config(rows);
+        _tile_loadconfig(&config);
+        configured = rows;
+      }
+      _tile_zero(0);
+      _tile_zero(1);
+      for (int64_t p = 0; p < k_bytes; p += kTileBytes) {
+        if (i == 0 && p + kAhead < k_bytes) {
+          for (int g = 0; g < kTileRows; ++g) {
+            const int64_t at = g * k_bytes + p + kAhead;
+            _mm_prefetch(reinterpret_cast<const char*>(panel0 + at), _MM_HINT_T0);
+            if (nb > kTileRows) _mm_prefetch(reinterpret_cast<const char*>(panel1 + at), _MM_HINT_T0);
+          }
+        }
+        _tile_loadd(2, a + i * lda + p, lda);
+        _tile_loadd(3, panel0 + p, k_bytes);
+        dot.first();
+        if (nb > kTileRows) {
+          _tile_loadd(4, panel1 + p, k_bytes);
+          dot.second();
+        }
+      }
+      _tile_stored(0, block, 2 * kTileRows * sizeof(int32_t));
+      _tile_stored(1, block + kTileRows, 2 * kTileRows * sizeof(int32_t));
+      finish(i, j, rows, static_cast<int>(nb), block);
+    }
+  }
+  _tile_release();
+}
+
+// b as rows of K: each pair of 16-row blocks is rearranged into panels once
+// per call.
 template <class Dot, class Finish>
 void tile_gemm(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t lda, const uint8_t* b,
                int64_t ldb, Dot dot, Finish finish) {
@@ -101,36 +153,30 @@ void tile_gemm(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t 
   }
   uint8_t* panel0 = panels.get();
   uint8_t* panel1 = panel0 + panel_bytes;
-  alignas(64) int32_t block[kTileRows * 2 * kTileRows];
-  int configured = 0;
-  for (int64_t j = 0; j < n; j += 2 * kTileRows) {
-    const int64_t nb = n - j < 2 * kTileRows ? n - j : 2 * kTileRows;
-    pack_panel(b + j * ldb, ldb, static_cast<int>(nb < kTileRows ? nb : kTileRows), k_bytes, panel0);
-    if (nb > kTileRows) pack_panel(b + (j + kTileRows) * ldb, ldb, static_cast<int>(nb - kTileRows), k_bytes, panel1);
-    for (int64_t i = 0; i < m; i += kTileRows) {
-      const int rows = static_cast<int>(m - i < kTileRows ? m - i : kTileRows);
-      if (rows != configured) {
-        const TileConfig config(rows);
-        _tile_loadconfig(&config);
-        configured = rows;
-      }
-      _tile_zero(0);
-      _tile_zero(1);
-      for (int64_t p = 0; p < k_bytes; p += kTileBytes) {
-        _tile_loadd(2, a + i * lda + p, lda);
-        _tile_loadd(3, panel0 + p * kTileRows, kTileBytes);
-        dot.first();
+  tile_loop(
+      m, n, k_bytes, a, lda,
+      [&](int64_t j, int64_t nb, const uint8_t** p0, const uint8_t** p1) {
+        pack_panel(b + j * ldb, ldb, static_cast<int>(nb < kTileRows ? nb : kTileRows), k_bytes, panel0);
         if (nb > kTileRows) {
-          _tile_loadd(4, panel1 + p * kTileRows, kTileBytes);
-          dot.second();
+          pack_panel(b + (j + kTileRows) * ldb, ldb, static_cast<int>(nb - kTileRows), k_bytes, panel1);
         }
-      }
-      _tile_stored(0, block, 2 * kTileRows * sizeof(int32_t));
-      _tile_stored(1, block + kTileRows, 2 * kTileRows * sizeof(int32_t));
-      finish(i, j, rows, static_cast<int>(nb), block);
-    }
-  }
-  _tile_release();
+        *p0 = panel0;
+        *p1 = panel1;
+      },
+      dot, finish);
+}
+
+// b already in the tile layout (packing.h): its panels are read in place.
+template <class Dot, class Finish>
+void tile_gemm_packed(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t lda, const uint8_t* b,
+                      Dot dot, Finish finish) {
+  tile_loop(
+      m, n, k_bytes, a, lda,
+      [&](int64_t j, int64_t, const uint8_t** p0, const uint8_t** p1) {
+        *p0 = b + j * k_bytes;
+        *p1 = *p0 + kTileRows * k_bytes;
+      },
+      dot, finish);
 }
 
 // The tile intrinsics take register numbers as literals.
@@ -144,6 +190,37 @@ struct DotS8 {
   MOE_X86_INLINE void second() const { _tile_dpbssd(1, 2, 4); }
 };
 
+// c gets the first nb fp32 values of each of rows rows of block.
+struct StoreF32 {
+  float* c;
+  int64_t ldc;
+  MOE_X86_INLINE void operator()(int64_t i, int64_t j, int rows, int nb, const int32_t* block) const {
+    for (int r = 0; r < rows; ++r) {
+      std::memcpy(c + (i + r) * ldc + j, block + r * 2 * kTileRows, nb * sizeof(float));
+    }
+  }
+};
+
+// c gets the int32 dots of block times a_scale[row] * b_scale[column].
+struct StoreScaledS32 {
+  const float* a_scale;
+  const float* b_scale;
+  float* c;
+  int64_t ldc;
+  MOE_X86_INLINE void operator()(int64_t i, int64_t j, int rows, int nb, const int32_t* block) const {
+    for (int half = 0; half * kTileRows < nb; ++half) {
+      const int cols = nb - half * kTileRows < kTileRows ? nb - half * kTileRows : kTileRows;
+      const __mmask16 lanes = static_cast<__mmask16>((1u << cols) - 1);
+      const __m512 scale = _mm512_maskz_loadu_ps(lanes, b_scale + j + half * kTileRows);
+      for (int r = 0; r < rows; ++r) {
+        const __m512 dot = _mm512_cvtepi32_ps(_mm512_load_si512(block + r * 2 * kTileRows + half * kTileRows));
+        _mm512_mask_storeu_ps(c + (i + r) * ldc + j + half * kTileRows, lanes,
+                              _mm512_mul_ps(_mm512_mul_ps(dot, _mm512_set1_ps(a_scale[i + r])), scale));
+      }
+    }
+  }
+};
+
 void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
                int64_t ldb, float* c, int64_t ldc) {
   if (m < kMinRows || k % (kTileBytes / 2) != 0) {
@@ -151,11 +228,7 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, 
     return;
   }
   tile_gemm(m, n, 2 * k, reinterpret_cast<const uint8_t*>(a), 2 * lda, reinterpret_cast<const uint8_t*>(b),
-            2 * ldb, DotBF16{}, [&](int64_t i, int64_t j, int rows, int nb, const int32_t* block) {
-              for (int r = 0; r < rows; ++r) {
-                std::memcpy(c + (i + r) * ldc + j, block + r * 2 * kTileRows, nb * sizeof(float));
-              }
-            });
+            2 * ldb, DotBF16{}, StoreF32{c, ldc});
 }
 
 // Signed times signed (tdpbssd): no bias, so b_sum is not needed.
@@ -166,18 +239,122 @@ void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, cons
     return;
   }
   tile_gemm(m, n, k, reinterpret_cast<const uint8_t*>(a), lda, reinterpret_cast<const uint8_t*>(b), ldb,
-            DotS8{}, [&](int64_t i, int64_t j, int rows, int nb, const int32_t* block) {
-              for (int half = 0; half * kTileRows < nb; ++half) {
-                const int cols = nb - half * kTileRows < kTileRows ? nb - half * kTileRows : kTileRows;
-                const __mmask16 lanes = static_cast<__mmask16>((1u << cols) - 1);
-                const __m512 scale = _mm512_maskz_loadu_ps(lanes, b_scale + j + half * kTileRows);
-                for (int r = 0; r < rows; ++r) {
-                  const __m512 dot = _mm512_cvtepi32_ps(_mm512_load_si512(block + r * 2 * kTileRows + half * kTileRows));
-                  _mm512_mask_storeu_ps(c + (i + r) * ldc + j + half * kTileRows, lanes,
-                                        _mm512_mul_ps(_mm512_mul_ps(dot, _mm512_set1_ps(a_scale[i + r])), scale));
-                }
-              }
-            });
+            DotS8{}, StoreScaledS32{a_scale, b_scale, c, ldc});
+}
+
+// Below kMinRows rows of a, tiles would idle: AVX-512 dot products read the
+// tile layout in place instead, one panel row (a 4-byte group of K of 16
+// columns) per instruction against that group of a row of a, broadcast - no
+// horizontal sums.
+struct MaddBF16 {
+  using Acc = __m512;
+  static MOE_X86_INLINE Acc zero() { return _mm512_setzero_ps(); }
+  static MOE_X86_INLINE __m512i broadcast(const uint8_t* p) {
+    int32_t group;
+    std::memcpy(&group, p, 4);
+    return _mm512_set1_epi32(group);
+  }
+  static MOE_X86_INLINE Acc madd(Acc acc, __m512i a, __m512i b) {
+    return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
+  }
+  static MOE_X86_INLINE Acc add(Acc x, Acc y) { return _mm512_add_ps(x, y); }
+  static MOE_X86_INLINE void store(int32_t* dst, Acc acc, const int32_t*) {
+    _mm512_store_ps(reinterpret_cast<float*>(dst), acc);
+  }
+};
+
+// vpdpbusd multiplies unsigned by signed: a + 128, and 128 * the row sums of
+// b taken away at the end.
+struct MaddU8S8 {
+  using Acc = __m512i;
+  static MOE_X86_INLINE Acc zero() { return _mm512_setzero_si512(); }
+  static MOE_X86_INLINE __m512i broadcast(const uint8_t* p) {
+    int32_t group;
+    std::memcpy(&group, p, 4);
+    return _mm512_set1_epi32(group ^ static_cast<int32_t>(0x80808080u));
+  }
+  static MOE_X86_INLINE Acc madd(Acc acc, __m512i a, __m512i b) { return _mm512_dpbusd_epi32(acc, a, b); }
+  static MOE_X86_INLINE Acc add(Acc x, Acc y) { return _mm512_add_epi32(x, y); }
+  // b_sum: the 16 columns' row sums (read past nb: the packed sums are padded).
+  static MOE_X86_INLINE void store(int32_t* dst, Acc acc, const int32_t* b_sum) {
+    _mm512_store_si512(dst, _mm512_sub_epi32(acc, _mm512_slli_epi32(_mm512_loadu_si512(b_sum), 7)));
+  }
+};
+
+// Decode streams b from memory once, as the row kernels do: a 16-column block
+// is 16 runs of k_bytes (tile rows g, each with every tile's row g), read
+// kStreams side by side with their own accumulators and no horizontal sums.
+// Stream s reads runs s * kPasses + q in pass q, so that short runs (int8)
+// still give it whole pages, and prefetches the run it reads next (after the
+// last pass, in the next block, which the next call usually reads).
+constexpr int kStreams = 4;
+constexpr int kPasses = kTileRows / kStreams;
+
+// Rows [0, MR) of a times the tile-layout b, each block of 16 columns handed
+// to finish(0, j, MR, nb, block) as tile_loop does (b_sum: MaddU8S8's).
+template <class Op, int MR, class Finish>
+void stream_panels(int64_t n, int64_t k_bytes, const uint8_t* a, int64_t lda, const uint8_t* b,
+                   const int32_t* b_sum, Finish finish) {
+  static_assert(kPasses * kStreams == kTileRows, "streams split a block's runs evenly");
+  alignas(64) int32_t block[kTileRows * 2 * kTileRows];
+  for (int64_t j = 0; j < n; j += kTileRows) {
+    const uint8_t* bj = b + j * k_bytes;
+    typename Op::Acc acc[MR][kStreams];
+    for (int r = 0; r < MR; ++r) {
+      for (int s = 0; s < kStreams; ++s) acc[r][s] = Op::zero();
+    }
+    for (int q = 0; q < kPasses; ++q) {
+      const int64_t ahead = (q + 1 < kPasses ? 1 : kTileRows - q) * k_bytes;
+      for (int64_t p = 0; p < k_bytes; p += kTileBytes) {
+        for (int s = 0; s < kStreams; ++s) {
+          const int g = s * kPasses + q;
+          const uint8_t* pb = bj + g * k_bytes + p;
+          _mm_prefetch(reinterpret_cast<const char*>(pb + ahead), _MM_HINT_T0);
+          const __m512i vb = _mm512_load_si512(pb);
+          for (int r = 0; r < MR; ++r) acc[r][s] = Op::madd(acc[r][s], Op::broadcast(a + r * lda + p + 4 * g), vb);
+        }
+      }
+    }
+    for (int r = 0; r < MR; ++r) {
+      for (int s = 1; s < kStreams; ++s) acc[r][0] = Op::add(acc[r][0], acc[r][s]);
+      Op::store(block + r * 2 * kTileRows, acc[r][0], b_sum == nullptr ? nullptr : b_sum + j);
+    }
+    finish(0, j, MR, static_cast<int>(n - j < kTileRows ? n - j : kTileRows), block);
+  }
+}
+
+template <class Op, class Finish>
+void stream_panels(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t lda, const uint8_t* b,
+                   const int32_t* b_sum, Finish finish) {
+  static_assert(kMinRows == 4, "one instance per row count below kMinRows");
+  switch (m) {
+    case 1: stream_panels<Op, 1>(n, k_bytes, a, lda, b, b_sum, finish); break;
+    case 2: stream_panels<Op, 2>(n, k_bytes, a, lda, b, b_sum, finish); break;
+    default: stream_panels<Op, 3>(n, k_bytes, a, lda, b, b_sum, finish); break;
+  }
+}
+
+// Tile-layout weights: no rearranging per call.
+void gemm_bf16_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+                     int64_t, float* c, int64_t ldc) {
+  if (m < kMinRows) {
+    stream_panels<MaddBF16>(m, n, 2 * k, reinterpret_cast<const uint8_t*>(a), 2 * lda,
+                            reinterpret_cast<const uint8_t*>(b), nullptr, StoreF32{c, ldc});
+    return;
+  }
+  tile_gemm_packed(m, n, 2 * k, reinterpret_cast<const uint8_t*>(a), 2 * lda, reinterpret_cast<const uint8_t*>(b),
+                   DotBF16{}, StoreF32{c, ldc});
+}
+
+void gemm_s8_tiles(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+                   const int8_t* b, int64_t, const float* b_scale, const int32_t* b_sum, float* c, int64_t ldc) {
+  if (m < kMinRows && b_sum != nullptr) {
+    stream_panels<MaddU8S8>(m, n, k, reinterpret_cast<const uint8_t*>(a), lda, reinterpret_cast<const uint8_t*>(b),
+                            b_sum, StoreScaledS32{a_scale, b_scale, c, ldc});
+    return;
+  }
+  tile_gemm_packed(m, n, k, reinterpret_cast<const uint8_t*>(a), lda, reinterpret_cast<const uint8_t*>(b),
+                   DotS8{}, StoreScaledS32{a_scale, b_scale, c, ldc});
 }
 
 }  // namespace
@@ -188,6 +365,8 @@ const KernelSet& kernels_amx() {
     set.isa = "amx";
     set.gemm_bf16 = gemm_bf16;
     set.gemm_s8 = gemm_s8;
+    set.gemm_bf16_tiles = gemm_bf16_tiles;
+    set.gemm_s8_tiles = gemm_s8_tiles;
     return set;
   }();
   return kernels;
