@@ -187,3 +187,34 @@ def test_parallel_matches_reference(method: int, threads: int) -> None:
         torch.set_num_threads(previous)
     assert_matches_reference(parallel, expected, method, torch.bfloat16)
     assert torch.equal(parallel, serial)
+
+
+
+
+@BOTH_LAYOUTS
+@pytest.mark.parametrize("tokens", [1, 37])
+def test_fp8_every_value(packed: bool, tokens: int) -> None:
+    """Every finite e4m3 value, both zeros and the subnormals among them: each
+    16-row block of weights takes one exponent (block i: exponent i % 16) with
+    random signs and mantissas, and a scale of 2^(3 - exponent) that brings every
+    block to the same magnitude (about 1 / sqrt(K)), so a wrong subnormal shows. Through the
+    in-register widening (one token) and the widened tiles (37 tokens)."""
+    fp8 = METHODS["fp8"]
+    block_size = (16, 64)
+    problem = make_moe_problem(tokens, 256, 64, 2, 2, torch.bfloat16, fp8, seed=14, block_size=block_size)
+    generator = torch.Generator().manual_seed(14)
+    weights = {}
+    for name in ("w1", "w2"):
+        experts, rows, cols = problem.arguments[name].shape
+        exponent = (torch.arange(rows) // block_size[0] % 16).view(1, rows, 1)
+        bits = torch.randint(0, 256, (experts, rows, cols), generator=generator) & 0x87 | exponent << 3
+        bits = torch.where(bits & 0x7F == 0x7F, bits - 1, bits)  # not the NaN pattern
+        weights[name] = bits.to(torch.uint8).view(torch.float8_e4m3fn)
+        scale_exponent = torch.arange(problem.arguments[f"{name}_scale"].shape[1]) % 16
+        weights[f"{name}_scale"] = torch.exp2(3 - scale_exponent.float()).view(1, -1, 1).expand_as(
+            problem.arguments[f"{name}_scale"]).contiguous()
+    expected = problem.run(reference.fused_experts, **weights)
+    if packed:
+        weights.update({name: moe_kernels.convert_weight_packed(weights[name], fp8) for name in ("w1", "w2")})
+    actual = moe_kernels.fused_experts(**problem.kwargs(**weights, is_vnni=packed))
+    assert_matches_reference(actual, expected, fp8, torch.bfloat16)
