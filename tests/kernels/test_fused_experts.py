@@ -203,37 +203,78 @@ def test_packed_tile_layout(method: int, tokens: int) -> None:
         assert_matches_reference(actual, expected, method, torch.bfloat16)
 
 
-_PACK_UNDER_AMX = """
+_PACK_UNDER_BEST_LEVEL = """
 import sys, torch, moe_kernels
-w = torch.randn(2, 64, 64).bfloat16()
-torch.save(moe_kernels.convert_weight_packed(w, 0), sys.argv[1])
+from moe_kernels import reference
+from moe_kernels.testing import make_moe_problem
+problem = make_moe_problem(5, 64, 64, 2, 2, torch.bfloat16, int(sys.argv[2]), seed=15)
+torch.save({"kwargs": problem.kwargs(packed=True), "expected": problem.run(reference.fused_experts)}, sys.argv[1])
 """
 
-_USE_UNDER_OTHER = """
+_USE_UNDER_LEVEL = """
 import sys, torch, moe_kernels
-w1 = torch.load(sys.argv[1])
-w2 = moe_kernels.convert_weight_packed(torch.randn(2, 64, 32).bfloat16(), 0)
-x = torch.randn(3, 64).bfloat16()
-ids = torch.zeros(3, 1, dtype=torch.int32)
+from moe_kernels.testing import assert_matches_reference
+saved = torch.load(sys.argv[1], weights_only=False)
 try:
-    torch.ops.moe_kernels.fused_experts_cpu(x, w1, w2, torch.ones(3, 1), ids, False, 0, None, None, None,
-                                            None, None, None, None, None, None, True)
+    actual = moe_kernels.fused_experts(**saved["kwargs"])
 except RuntimeError as error:
     print(error)
+else:
+    assert_matches_reference(actual, saved["expected"], int(sys.argv[2]), torch.bfloat16)
+    print("same answer")
 """
 
 
-@pytest.mark.skipif("amx" not in moe_kernels.supported_isas() or "avx512_bf16" not in moe_kernels.supported_isas(),
-                    reason="needs a CPU with the amx level")
-def test_tile_layout_refused_by_other_levels(tmp_path) -> None:
-    """A weight packed under amx (tile layout) is refused, not misread, by a
-    level that reads rows."""
+@EVERY_METHOD
+def test_weights_packed_under_one_level_run_or_are_refused_under_another(method: int, tmp_path) -> None:
+    """Weights packed under the best level give the reference's answer under every
+    level, or are refused by name - never misread. The amx level packs bf16 and int8
+    weights in its tile layout, which levels that read rows must refuse."""
     import subprocess
     import sys
 
-    path = str(tmp_path / "w1.pt")
-    run = lambda code, isa: subprocess.run(  # noqa: E731
-        [sys.executable, "-c", code, path], env={**os.environ, "MOE_KERNELS_ISA": isa},
-        capture_output=True, text=True, check=True).stdout
-    run(_PACK_UNDER_AMX, "amx")
-    assert "tile layout" in run(_USE_UNDER_OTHER, "avx512_bf16")
+    path = str(tmp_path / "problem.pt")
+
+    def run(code: str, isa: str) -> str:
+        return subprocess.run([sys.executable, "-c", code, path, str(int(method))],
+                              env={**os.environ, "MOE_KERNELS_ISA": isa},
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    levels = moe_kernels.supported_isas()
+    run(_PACK_UNDER_BEST_LEVEL, levels[-1])
+    tiles = levels[-1] == "amx" and method != METHODS["fp8"]
+    for level in levels:
+        outcome = run(_USE_UNDER_LEVEL, level)
+        if tiles and level != "amx":
+            assert "was packed in the tile layout of the amx level" in outcome, (level, outcome)
+        else:
+            assert outcome == "same answer", (level, outcome)
+
+
+@BOTH_LAYOUTS
+@pytest.mark.parametrize("tokens", [1, 37])
+def test_fp8_every_value(packed: bool, tokens: int) -> None:
+    """Every finite e4m3 value, both zeros and the subnormals among them: each
+    16-row block of weights takes one exponent (block i: exponent i % 16) with
+    random signs and mantissas, and a scale of 2^(3 - exponent) that brings every
+    block to the same magnitude (about 1 / sqrt(K)), so a wrong subnormal shows. Through the
+    in-register widening (one token) and the widened tiles (37 tokens)."""
+    fp8 = METHODS["fp8"]
+    block_size = (16, 64)
+    problem = make_moe_problem(tokens, 256, 64, 2, 2, torch.bfloat16, fp8, seed=14, block_size=block_size)
+    generator = torch.Generator().manual_seed(14)
+    weights = {}
+    for name in ("w1", "w2"):
+        experts, rows, cols = problem.arguments[name].shape
+        exponent = (torch.arange(rows) // block_size[0] % 16).view(1, rows, 1)
+        bits = torch.randint(0, 256, (experts, rows, cols), generator=generator) & 0x87 | exponent << 3
+        bits = torch.where(bits & 0x7F == 0x7F, bits - 1, bits)  # not the NaN pattern
+        weights[name] = bits.to(torch.uint8).view(torch.float8_e4m3fn)
+        scale_exponent = torch.arange(problem.arguments[f"{name}_scale"].shape[1]) % 16
+        weights[f"{name}_scale"] = torch.exp2(3 - scale_exponent.float()).view(1, -1, 1).expand_as(
+            problem.arguments[f"{name}_scale"]).contiguous()
+    expected = problem.run(reference.fused_experts, **weights)
+    if packed:
+        weights.update({name: moe_kernels.convert_weight_packed(weights[name], fp8) for name in ("w1", "w2")})
+    actual = moe_kernels.fused_experts(**problem.kwargs(**weights, is_vnni=packed))
+    assert_matches_reference(actual, expected, fp8, torch.bfloat16)
