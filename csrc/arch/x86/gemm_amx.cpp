@@ -246,14 +246,16 @@ void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, cons
 // tile layout in place instead, one panel row (a 4-byte group of K of 16
 // columns) per instruction against that group of a row of a, broadcast - no
 // horizontal sums.
+MOE_X86_INLINE int32_t load_group(const uint8_t* p) {
+  int32_t group;
+  std::memcpy(&group, p, 4);
+  return group;
+}
+
 struct MaddBF16 {
   using Acc = __m512;
   static MOE_X86_INLINE Acc zero() { return _mm512_setzero_ps(); }
-  static MOE_X86_INLINE __m512i broadcast(const uint8_t* p) {
-    int32_t group;
-    std::memcpy(&group, p, 4);
-    return _mm512_set1_epi32(group);
-  }
+  static MOE_X86_INLINE __m512i broadcast(const uint8_t* p) { return _mm512_set1_epi32(load_group(p)); }
   static MOE_X86_INLINE Acc madd(Acc acc, __m512i a, __m512i b) {
     return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
   }
@@ -269,9 +271,7 @@ struct MaddU8S8 {
   using Acc = __m512i;
   static MOE_X86_INLINE Acc zero() { return _mm512_setzero_si512(); }
   static MOE_X86_INLINE __m512i broadcast(const uint8_t* p) {
-    int32_t group;
-    std::memcpy(&group, p, 4);
-    return _mm512_set1_epi32(group ^ static_cast<int32_t>(0x80808080u));
+    return _mm512_set1_epi32(load_group(p) ^ static_cast<int32_t>(0x80808080u));
   }
   static MOE_X86_INLINE Acc madd(Acc acc, __m512i a, __m512i b) { return _mm512_dpbusd_epi32(acc, a, b); }
   static MOE_X86_INLINE Acc add(Acc x, Acc y) { return _mm512_add_epi32(x, y); }
