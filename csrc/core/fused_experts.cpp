@@ -19,7 +19,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -36,11 +35,6 @@ constexpr int64_t kHiddenBlock = 64;  // output columns per phase-3 work item
 // costs more than redoing it for so few rows.
 constexpr int64_t kFusedFp8Rows = 4;
 
-// Adding and taking away 1.5 * 2^23 rounds a float of magnitude below 2^22 to
-// an integer, half to even as nearbyint does, in plain arithmetic the compiler
-// vectorizes (nearbyint is a library call without SSE4.1).
-constexpr float kRoundToInteger = 12582912.f;
-
 int64_t round_up(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
@@ -56,28 +50,6 @@ std::unique_ptr<T[], AlignedFree> aligned_buffer(int64_t count) {
 }
 
 uint16_t to_bf16_bits(float value) { return c10::BFloat16(value).x; }
-
-void quantize_row_int8(const float* x, int64_t n, int8_t* q, float* scale) {
-  // The largest |x| as the bits of a non-negative float, which order as
-  // integers do: an integer max, which the compiler vectorizes (a float max
-  // it may not, for NaN's sake; NaNs are skipped here as std::max skips them).
-  int32_t amax_bits = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    int32_t bits;
-    std::memcpy(&bits, x + i, sizeof(bits));
-    bits &= 0x7fffffff;
-    amax_bits = std::max(amax_bits, bits <= 0x7f800000 ? bits : 0);
-  }
-  float amax;
-  std::memcpy(&amax, &amax_bits, sizeof(amax));
-  const float s = std::max(amax, 1e-10f) / 127.f;
-  // x / s lies in [-127, 127].
-  for (int64_t i = 0; i < n; ++i) {
-    const float rounded = (x[i] / s + kRoundToInteger) - kRoundToInteger;
-    q[i] = static_cast<int8_t>(std::min(std::max(rounded, -127.f), 127.f));
-  }
-  *scale = s;
-}
 
 // The routed (token, slot) pairs sorted by expert, stable in token order.
 struct Routing {
@@ -117,13 +89,16 @@ Routing route(const MoeProblem& p) {
 // A GEMM's left operand: `rows` rows of `ld` values in the compute type, zero
 // padded past the logical width; per-row scales for int8.
 struct Activations {
+  ComputeType compute;
+  QuantizeRowFn quantize_row_s8;
   int64_t ld = 0;
   std::unique_ptr<uint16_t[], AlignedFree> bf16;
   std::unique_ptr<float[], AlignedFree> f32;
   std::unique_ptr<int8_t[], AlignedFree> s8;
   std::unique_ptr<float[], AlignedFree> scale;
 
-  Activations(ComputeType compute, int64_t rows, int64_t width) : ld(round_up(width, kPackAlign)) {
+  Activations(const KernelSet& kernels, ComputeType compute, int64_t rows, int64_t width)
+      : compute(compute), quantize_row_s8(kernels.quantize_row_s8), ld(round_up(width, kPackAlign)) {
     switch (compute) {
       case ComputeType::kBF16: bf16 = aligned_buffer<uint16_t>(rows * ld); break;
       case ComputeType::kF32: f32 = aligned_buffer<float>(rows * ld); break;
@@ -135,7 +110,7 @@ struct Activations {
   }
 
   // Stores one fp32 row (width values) at `row`, converting and padding.
-  void store_row(ComputeType compute, int64_t row, const float* values, int64_t width) {
+  void store_row(int64_t row, const float* values, int64_t width) {
     switch (compute) {
       case ComputeType::kBF16: {
         uint16_t* dst = bf16.get() + row * ld;
@@ -151,10 +126,22 @@ struct Activations {
       }
       case ComputeType::kInt8: {
         int8_t* dst = s8.get() + row * ld;
-        quantize_row_int8(values, width, dst, scale.get() + row);
+        quantize_row_s8(width, values, dst, scale.get() + row);
         std::fill(dst + width, dst + ld, int8_t{0});
         break;
       }
+    }
+  }
+
+  // Row `row` of `from` (same compute type and width) into row `row` here.
+  void copy_row(int64_t row, const Activations& from, int64_t from_row) {
+    switch (compute) {
+      case ComputeType::kBF16: std::memcpy(&bf16[row * ld], &from.bf16[from_row * ld], ld * sizeof(uint16_t)); break;
+      case ComputeType::kF32: std::memcpy(&f32[row * ld], &from.f32[from_row * ld], ld * sizeof(float)); break;
+      case ComputeType::kInt8:
+        std::memcpy(&s8[row * ld], &from.s8[from_row * ld], ld);
+        scale[row] = from.scale[from_row];
+        break;
     }
   }
 };
@@ -305,33 +292,9 @@ class ExpertGemm {
   ComputeType compute_;
 };
 
-// e^x to within 2 ulp (Cephes' expf: x = n ln 2 + r, a degree-6 polynomial
-// in r, 2^n put into the exponent), inline: std::exp is a library call per
-// value, a tenth of an int8 prefill.
-inline __attribute__((always_inline)) float exp_approx(float x) {
-  x = std::max(x, -87.f);
-  x = std::min(x, 88.f);
-  const float n = (x * 1.44269504f + kRoundToInteger) - kRoundToInteger;
-  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
-  float poly = 1.9875691500e-4f;
-  poly = poly * r + 1.3981999507e-3f;
-  poly = poly * r + 8.3334519073e-3f;
-  poly = poly * r + 4.1665795894e-2f;
-  poly = poly * r + 1.6666665459e-1f;
-  poly = poly * r + 5.0000001201e-1f;
-  const float e_r = poly * r * r + r + 1.f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float two_n;
-  std::memcpy(&two_n, &bits, sizeof(two_n));
-  return e_r * two_n;
-}
-
-inline __attribute__((always_inline)) float silu(float g) { return g / (1.f + exp_approx(-g)); }
-
-// Phase 2 epilogue: bias, activation, store of `m` rows of one column block,
-// one branch-free loop per activation.
-void activate_block(const MoeProblem& p, int64_t expert, int64_t j0, int64_t j1, int64_t m,
-                    float* out0, float* out1, std::vector<float>& row, Activations& inter,
+// Phase 2 epilogue: bias, activation, store of `m` rows of one column block.
+void activate_block(const KernelSet& kernels, const MoeProblem& p, int64_t expert, int64_t j0, int64_t j1,
+                    int64_t m, float* out0, float* out1, std::vector<float>& row, Activations& inter,
                     int64_t first_row, std::vector<float>* inter_f32) {
   const int64_t width = j1 - j0;
   // Without a bias, a block of zeros stands in for it.
@@ -344,21 +307,14 @@ void activate_block(const MoeProblem& p, int64_t expert, int64_t j0, int64_t j1,
   float* out = row.data();
   for (int64_t i = 0; i < m; ++i) {
     if (halves) {
-      const float* gate = out0 + i * width;
-      const float* up = out1 + i * width;
-      for (int64_t j = 0; j < width; ++j) out[j] = silu(gate[j] + bias0[j]) * (up[j] + bias1[j]);
+      kernels.silu_and_mul(width, out0 + i * width, out1 + i * width, bias0, bias1, out);
     } else {
-      const float* h = out0 + i * 2 * width;
-      for (int64_t j = 0; j < width; ++j) {
-        const float gate = std::min(h[2 * j] + bias0[2 * j], limit);
-        const float up = std::min(std::max(h[2 * j + 1] + bias0[2 * j + 1], -limit), limit);
-        out[j] = gate / (1.f + exp_approx(-p.alpha * gate)) * (up + 1.f);
-      }
+      kernels.swiglu(width, out0 + i * 2 * width, bias0, p.alpha, limit, out);
     }
     const int64_t s = first_row + i;
     if (inter_f32) {
       std::copy(row.begin(), row.begin() + width, inter_f32->data() + s * inter.ld + j0);
-    } else if (p.compute == ComputeType::kBF16) {
+    } else if (inter.compute == ComputeType::kBF16) {
       for (int64_t j = 0; j < width; ++j) inter.bf16[s * inter.ld + j0 + j] = to_bf16_bits(row[j]);
     } else {
       std::copy(row.begin(), row.begin() + width, inter.f32.get() + s * inter.ld + j0);
@@ -405,18 +361,23 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   const int64_t slots = routing.slots();
   const int64_t M = p.tokens, K = p.hidden, N = p.inter, topk = p.topk;
 
-  // Phase 1: gather.
-  Activations x(p.compute, slots, K);
-  at::parallel_for(0, slots, 16, [&](int64_t begin, int64_t end) {
+  // Phase 1: gather. Each token is converted (int8: quantized) once, then
+  // copied to each of its slots.
+  Activations tokens(kernels, p.compute, M, K);
+  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
     std::vector<float> row(K);
-    for (int64_t s = begin; s < end; ++s) {
-      load_row_f32(args.hidden_states, routing.token[s], row.data());
-      x.store_row(p.compute, s, row.data(), K);
+    for (int64_t m = begin; m < end; ++m) {
+      load_row_f32(args.hidden_states, m, row.data());
+      tokens.store_row(m, row.data(), K);
     }
+  });
+  Activations x(kernels, p.compute, slots, K);
+  at::parallel_for(0, slots, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t s = begin; s < end; ++s) x.copy_row(s, tokens, routing.token[s]);
   });
 
   // Phase 2: W1, bias, activation.
-  Activations inter(p.compute, slots, N);
+  Activations inter(kernels, p.compute, slots, N);
   std::vector<float> inter_f32;  // INT8 re-quantizes whole rows after the blocks are done
   if (p.compute == ComputeType::kInt8) inter_f32.assign(slots * inter.ld, 0.f);
   const ExpertGemm gemm1(kernels, p, p.w1, p.compute);
@@ -436,14 +397,14 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
         const int64_t m = std::min(kTokenChunk, routing.expert_begin[e + 1] - s0);
         gemm1.run(x, s0, m, gate, scratch.out0.get());
         if (halves) gemm1.run(x, s0, m, up, scratch.out1.get());
-        activate_block(p, e, j0, j1, m, scratch.out0.get(), scratch.out1.get(), row, inter, s0,
+        activate_block(kernels, p, e, j0, j1, m, scratch.out0.get(), scratch.out1.get(), row, inter, s0,
                        inter_f32.empty() ? nullptr : &inter_f32);
       }
     }
   });
   if (p.compute == ComputeType::kInt8) {
     at::parallel_for(0, slots, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t s = begin; s < end; ++s) inter.store_row(p.compute, s, inter_f32.data() + s * inter.ld, N);
+      for (int64_t s = begin; s < end; ++s) inter.store_row(s, inter_f32.data() + s * inter.ld, N);
     });
   } else {
     // Zero the padding past N so padded W2 operands can run over inter.ld.

@@ -62,11 +62,23 @@ using GemmBF16Fp8Fn = void (*)(int64_t m, int64_t n, int64_t k, const uint16_t* 
                                const uint8_t* b, int64_t ldb, const Fp8Scales& scales, float* c,
                                int64_t ldc);
 
+// The driver's row loops (core/row_kernels.h), compiled by each level.
+using SiluAndMulFn = void (*)(int64_t n, const float* gate, const float* up, const float* gate_bias,
+                              const float* up_bias, float* out);
+using SwigluFn = void (*)(int64_t n, const float* h, const float* bias, float alpha, float limit, float* out);
+using QuantizeRowFn = void (*)(int64_t n, const float* x, int8_t* q, float* scale);
+
 // The portable fp8 conversions: what a level without its own uses.
 void fp8_to_bf16_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
                          uint16_t* dst);
 void fp8_to_f32_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
                         float* dst);
+
+// The row loops built for the architecture's baseline.
+void silu_and_mul_generic(int64_t n, const float* gate, const float* up, const float* gate_bias,
+                          const float* up_bias, float* out);
+void swiglu_generic(int64_t n, const float* h, const float* bias, float alpha, float limit, float* out);
+void quantize_row_s8_generic(int64_t n, const float* x, int8_t* q, float* scale);
 
 struct KernelSet {
   const char* isa;  // the name MOE_KERNELS_ISA and moe_kernels.isa() use
@@ -85,6 +97,9 @@ struct KernelSet {
   // a stream. b points at a block, n is a multiple of 16 and k == ldb.
   GemmBF16Fn gemm_bf16_tiles = nullptr;
   GemmS8Fn gemm_s8_tiles = nullptr;
+  SiluAndMulFn silu_and_mul = silu_and_mul_generic;
+  SwigluFn swiglu = swiglu_generic;
+  QuantizeRowFn quantize_row_s8 = quantize_row_s8_generic;
 
   bool reads_tiles() const { return gemm_bf16_tiles != nullptr && gemm_s8_tiles != nullptr; }
 };

@@ -171,6 +171,24 @@ def test_prefill_rows(method: int, packed: bool) -> None:
 
 
 @EVERY_METHOD
+@pytest.mark.parametrize("activation", ["silu", "swiglu_limit"])
+@pytest.mark.parametrize("tokens", [1, 37])
+def test_activation_saturates(method: int, activation: str, tokens: int) -> None:
+    """Gate values far past the range where e^-gate over- or underflows (w1
+    biases of +-200), through every row loop a level builds: saturated, never
+    inf or NaN. w2 is scaled down as much, so the output stays O(1) and the
+    usual tolerance applies."""
+    problem = make_moe_problem(tokens, 128, 40, 2, 2, torch.float32, method, bias=True, activation=activation,
+                               seed=14)
+    signs = torch.randint(0, 2, problem.arguments["w1_bias"].shape, generator=torch.Generator().manual_seed(14))
+    w2_factor = "w2" if method == MoeCompMethod.UNQUANT else "w2_scale"
+    overrides = {"w1_bias": 200.0 * (2 * signs - 1).float(), w2_factor: problem.arguments[w2_factor] / 200}
+    expected = problem.run(reference.fused_experts, **overrides)
+    actual = moe_kernels.fused_experts(**problem.kwargs(**overrides))
+    assert_matches_reference(actual, expected, method, torch.float32)
+
+
+@EVERY_METHOD
 @pytest.mark.parametrize("threads", [2, 3])
 def test_parallel_matches_reference(method: int, threads: int) -> None:
     """With ATen threads on (the suite otherwise runs single-threaded), work split

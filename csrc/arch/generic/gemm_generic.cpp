@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/kernels.h"
+#include "core/row_kernels.h"
 
 namespace moe_kernels {
 namespace {
@@ -87,6 +88,19 @@ void fp8_to_bf16_generic(int64_t cols, const uint8_t* src, const float* scale, i
 void fp8_to_f32_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
                         float* dst) {
   fp8_row(cols, src, scale, block_k, dst, [](float v) { return v; });
+}
+
+void silu_and_mul_generic(int64_t n, const float* gate, const float* up, const float* gate_bias,
+                          const float* up_bias, float* out) {
+  row_kernels::silu_and_mul(n, gate, up, gate_bias, up_bias, out);
+}
+
+void swiglu_generic(int64_t n, const float* h, const float* bias, float alpha, float limit, float* out) {
+  row_kernels::swiglu(n, h, bias, alpha, limit, out);
+}
+
+void quantize_row_s8_generic(int64_t n, const float* x, int8_t* q, float* scale) {
+  row_kernels::quantize_row_s8(n, x, q, scale);
 }
 
 const KernelSet& kernels_generic() {

@@ -9,6 +9,7 @@
 
 #include "arch/x86/kernels_x86.h"
 #include "core/kernels.h"
+#include "core/row_kernels.h"
 
 namespace moe_kernels {
 namespace {
@@ -264,8 +265,8 @@ void fp8_to_f32(int64_t cols, const uint8_t* src, const float* scale, int64_t bl
   fp8_row(cols, src, scale, block_k, dst);
 }
 
-constexpr KernelSet kKernels{"avx2", gemm_f32, gemm_bf16, gemm_s8, fp8_to_bf16, fp8_to_f32,
-                             nullptr};
+constexpr KernelSet kKernels =
+    row_kernels::compiled_here({"avx2", gemm_f32, gemm_bf16, gemm_s8, fp8_to_bf16, fp8_to_f32, nullptr});
 
 }  // namespace
 

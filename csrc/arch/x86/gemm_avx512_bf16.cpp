@@ -13,6 +13,7 @@
 
 #include "arch/x86/kernels_x86.h"
 #include "core/kernels.h"
+#include "core/row_kernels.h"
 
 namespace moe_kernels {
 namespace {
@@ -187,8 +188,8 @@ void fp8_to_bf16(int64_t cols, const uint8_t* src, const float* scale, int64_t b
   }
 }
 
-constexpr KernelSet kKernels{"avx512_bf16", avx512::gemm_f32, gemm_bf16, avx512::gemm_s8, fp8_to_bf16,
-                             avx512::fp8_to_f32, gemm_bf16_fp8};
+constexpr KernelSet kKernels = row_kernels::compiled_here(
+    {"avx512_bf16", avx512::gemm_f32, gemm_bf16, avx512::gemm_s8, fp8_to_bf16, avx512::fp8_to_f32, gemm_bf16_fp8});
 
 }  // namespace
 
