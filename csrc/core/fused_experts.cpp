@@ -6,9 +6,9 @@
 //      int8 quantized per token), rows padded with zeros to kPackAlign;
 //   2. per (expert, block of N): h = x @ W1^T + b1, activation -> intermediate;
 //      (INT8: the intermediate is re-quantized per row);
-//   3. per (expert, block of K): y = a @ W2^T + b2, times the routing weight,
-//      into a [M * topk, K] fp32 buffer: no atomics, deterministic order;
-//   4. per token: sum its slots in fp32, cast once into the output.
+//   3. per block of K, for every expert: y = a @ W2^T + b2, times the routing
+//      weight, added to its token's fp32 row: no atomics, a fixed order;
+//   4. per token: cast its row once into the output.
 #include "core/fused_experts.h"
 
 #include <ATen/Parallel.h>
@@ -55,7 +55,6 @@ uint16_t to_bf16_bits(float value) { return c10::BFloat16(value).x; }
 struct Routing {
   std::vector<int64_t> expert_begin;  // E + 1 offsets into the sorted slots
   std::vector<int64_t> token;         // token row of each sorted slot
-  std::vector<int64_t> flat;          // m * topk + t of each sorted slot
   std::vector<float> weight;
 
   int64_t slots() const { return static_cast<int64_t>(token.size()); }
@@ -73,14 +72,12 @@ Routing route(const MoeProblem& p) {
   for (int64_t e = 0; e < p.experts; ++e) r.expert_begin[e + 1] += r.expert_begin[e];
   const int64_t slots = r.expert_begin[p.experts];
   r.token.resize(slots);
-  r.flat.resize(slots);
   r.weight.resize(slots);
   std::vector<int64_t> next(r.expert_begin.begin(), r.expert_begin.end() - 1);
   for (int64_t i = 0; i < pairs; ++i) {
     if (ids[i] < 0) continue;
     const int64_t s = next[ids[i]]++;
     r.token[s] = i / p.topk;
-    r.flat[s] = i;
     r.weight[s] = weights[i];
   }
   return r;
@@ -359,7 +356,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
 
   const Routing routing = route(p);
   const int64_t slots = routing.slots();
-  const int64_t M = p.tokens, K = p.hidden, N = p.inter, topk = p.topk;
+  const int64_t M = p.tokens, K = p.hidden, N = p.inter;
 
   // Phase 1: gather. Each token is converted (int8: quantized) once, then
   // copied to each of its slots.
@@ -419,52 +416,49 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
     });
   }
 
-  // Phase 3: W2, bias, routing weight, into per-(token, slot) rows.
-  auto y = aligned_buffer<float>(M * topk * K);
+  // Phase 3: W2, bias and routing weight, summed into each token's fp32 row.
+  // A work item is one block of K for every expert: items never write the same
+  // values, and each adds its experts in one fixed order, whatever the threads.
+  auto acc = aligned_buffer<float>(M * K);
   const ExpertGemm gemm2(kernels, p, p.w2, p.compute);
-  const auto items2 = work_items(routing, p.experts, K, kHiddenBlock);
-  at::parallel_for(0, static_cast<int64_t>(items2.size()), 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, (K + kHiddenBlock - 1) / kHiddenBlock, 1, [&](int64_t begin, int64_t end) {
     Scratch scratch = gemm2.scratch(inter.ld);
-    for (int64_t item = begin; item < end; ++item) {
-      const auto [e, k0] = items2[item];
-      const int64_t k1 = std::min(K, k0 + kHiddenBlock), width = k1 - k0;
-      const float* bias = p.w2.bias ? p.w2.bias + e * K : nullptr;
-      const WeightTile w =
-          gemm2.tile(e, k0, k1, routing.expert_begin[e + 1] - routing.expert_begin[e], inter.ld, scratch, 0);
-      for (int64_t s0 = routing.expert_begin[e]; s0 < routing.expert_begin[e + 1]; s0 += kTokenChunk) {
-        const int64_t m = std::min(kTokenChunk, routing.expert_begin[e + 1] - s0);
-        float* c = scratch.out0.get();
-        gemm2.run(inter, s0, m, w, c);
-        for (int64_t i = 0; i < m; ++i) {
-          const float w = routing.weight[s0 + i];
-          float* dst = y.get() + routing.flat[s0 + i] * K + k0;
-          for (int64_t j = 0; j < width; ++j) dst[j] = w * (c[i * width + j] + (bias ? bias[k0 + j] : 0.f));
+    for (int64_t block = begin; block < end; ++block) {
+      const int64_t k0 = block * kHiddenBlock, k1 = std::min(K, k0 + kHiddenBlock), width = k1 - k0;
+      for (int64_t m = 0; m < M; ++m) std::fill(acc.get() + m * K + k0, acc.get() + m * K + k1, 0.f);
+      for (int64_t e = 0; e < p.experts; ++e) {
+        const int64_t rows = routing.expert_begin[e + 1] - routing.expert_begin[e];
+        if (rows == 0) continue;
+        const float* bias = p.w2.bias ? p.w2.bias + e * K : nullptr;
+        const WeightTile w = gemm2.tile(e, k0, k1, rows, inter.ld, scratch, 0);
+        for (int64_t s0 = routing.expert_begin[e]; s0 < routing.expert_begin[e + 1]; s0 += kTokenChunk) {
+          const int64_t m = std::min(kTokenChunk, routing.expert_begin[e + 1] - s0);
+          float* c = scratch.out0.get();
+          gemm2.run(inter, s0, m, w, c);
+          for (int64_t i = 0; i < m; ++i) {
+            const float weight = routing.weight[s0 + i];
+            float* dst = acc.get() + routing.token[s0 + i] * K + k0;
+            for (int64_t j = 0; j < width; ++j) dst[j] += weight * (c[i * width + j] + (bias ? bias[k0 + j] : 0.f));
+          }
         }
       }
     }
   });
 
-  // Phase 4: reduce the slots of each token, cast once.
-  const int64_t* ids = p.topk_ids.data_ptr<int64_t>();
-  at::parallel_for(0, M, 4, [&](int64_t begin, int64_t end) {
-    std::vector<float> acc(K);
+  // Phase 4: cast each token's row once.
+  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
     for (int64_t m = begin; m < end; ++m) {
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int64_t t = 0; t < topk; ++t) {
-        if (ids[m * topk + t] < 0) continue;
-        const float* src = y.get() + (m * topk + t) * K;
-        for (int64_t k = 0; k < K; ++k) acc[k] += src[k];
-      }
+      const float* row = acc.get() + m * K;
       switch (out.scalar_type()) {
-        case at::kFloat: std::copy(acc.begin(), acc.end(), out.data_ptr<float>() + m * K); break;
+        case at::kFloat: std::copy(row, row + K, out.data_ptr<float>() + m * K); break;
         case at::kBFloat16: {
           auto* dst = out.data_ptr<c10::BFloat16>() + m * K;
-          for (int64_t k = 0; k < K; ++k) dst[k] = c10::BFloat16(acc[k]);
+          for (int64_t k = 0; k < K; ++k) dst[k] = c10::BFloat16(row[k]);
           break;
         }
         default: {
           auto* dst = out.data_ptr<c10::Half>() + m * K;
-          for (int64_t k = 0; k < K; ++k) dst[k] = c10::Half(acc[k]);
+          for (int64_t k = 0; k < K; ++k) dst[k] = c10::Half(row[k]);
           break;
         }
       }
