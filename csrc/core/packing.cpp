@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "core/dispatch.h"
 #include "core/kernels.h"
 #include "core/methods.h"
 #include "moe_kernels.h"
@@ -80,7 +79,7 @@ int64_t packed_nbytes(int64_t rows, int64_t cols, at::ScalarType dtype) {
   return round_up(end, kPackAlign);
 }
 
-at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackArch arch) {
+at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackArch arch, bool tiles) {
   const Method method = check_method(moe_comp_method);
   TORCH_CHECK(weight.dim() == 3, "convert_weight_packed: weight must be 3-D [E, rows, cols], got ",
               weight.dim(), "-D");
@@ -99,7 +98,7 @@ at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackA
   const int64_t block_bytes = packed_nbytes(rows, cols, dtype);
   at::Tensor packed = at::empty({experts, block_bytes}, weight.options().dtype(at::kByte));
   const PackLayout layout =
-      active_kernels().reads_tiles() && tiles_apply(rows, dtype) ? PackLayout::kTiles16 : PackLayout::kRows;
+      tiles && tiles_apply(rows, dtype) ? PackLayout::kTiles16 : PackLayout::kRows;
   const PackedHeader header = make_header(rows, cols, dtype, arch, layout);
   const int64_t elem = c10::elementSize(dtype);
   const auto* src = static_cast<const uint8_t*>(weight.data_ptr());

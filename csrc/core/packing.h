@@ -45,8 +45,9 @@ struct PackedView {
   int64_t ld;
 };
 
-// In the tile layout where it applies if the running level reads it.
-at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackArch arch);
+// In the tile layout where it applies if `tiles` (the running level reads it:
+// KernelSet::reads_tiles).
+at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackArch arch, bool tiles);
 
 // Checks that `packed` (the argument called `name`) came from
 // convert_weight_packed on this architecture, in a layout the running level

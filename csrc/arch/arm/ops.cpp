@@ -24,5 +24,5 @@ at::Tensor moe_kernels::fused_experts_cpu(
 }
 
 at::Tensor moe_kernels::convert_weight_packed(const at::Tensor& weight, int64_t moe_comp_method) {
-  return pack_weights(weight, moe_comp_method, kArch);
+  return pack_weights(weight, moe_comp_method, kArch, active_kernels().reads_tiles());
 }
