@@ -41,8 +41,8 @@ struct DpBF16 {
 // exactly, subnormals and zero included. A normal value's exponent and
 // mantissa move into bf16's fields as they are, with exponent bit 7 set for
 // the bias (127 + 8 - 7 = 128); the subnormals (exponent 0: mantissa * 2^-9,
-// times 2^8) take their values from a table of 8. The NaN pattern is read as
-// the finite 480: valid weights hold no NaN.
+// times 2^8) take their values from a table of 8, and the NaN pattern
+// (exponent and mantissa all ones, which the moves make 480) a bf16 NaN.
 constexpr float kE4m3Scale = 1.f / 256.f;
 
 // bf16 bits of mantissa * 2^-1, for the permute's 32 lanes.
@@ -55,9 +55,11 @@ struct E4m3ToBF16 {
     // (x << 4) & 0x07f0 | 0x4000: exponent and mantissa in place, bias bit on.
     __m512i magnitude = _mm512_ternarylogic_epi32(_mm512_slli_epi16(x, 4), _mm512_set1_epi16(0x07f0),
                                                   _mm512_set1_epi16(0x4000), 0xea);
+    const __mmask32 nan = _mm512_cmpeq_epi16_mask(magnitude, _mm512_set1_epi16(0x47f0));
     // Exponent 0: the table, indexed by the low 5 bits of x (the mantissa).
     const __mmask32 sub = _mm512_testn_epi16_mask(x, _mm512_set1_epi16(0x78));
     magnitude = _mm512_mask_permutexvar_epi16(magnitude, sub, x, subnormals);
+    magnitude = _mm512_mask_mov_epi16(magnitude, nan, _mm512_set1_epi16(0x7fc0));
     // magnitude | (x & sign bit)
     return reinterpret_cast<__m512bh>(
         _mm512_ternarylogic_epi32(magnitude, x, _mm512_set1_epi16(static_cast<short>(0x8000)), 0xf8));
