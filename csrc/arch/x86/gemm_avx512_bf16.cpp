@@ -57,13 +57,14 @@ struct Fp8Tiles {
   float* c;
   int64_t ldc;
   x86::E4m3ToBF16 e4m3_to_bf16;
+  bool nan_seen = false;  // a NaN pattern went by: fp8_nan_columns patches c
 
   int64_t row_bytes() const { return ldb; }
 
   // acc += 32 values of K from p on (the first `lanes` of them).
   template <int MR, int NR, bool kTail>
   MOE_X86_INLINE void step(const uint16_t* const (&pa)[MR], const uint8_t* const (&pb)[NR], int64_t p,
-                           int64_t ahead, __mmask32 lanes, __m512 (&acc)[MR][NR]) const {
+                           int64_t ahead, __mmask32 lanes, __m512 (&acc)[MR][NR], __m512i& seen) const {
     __m512bh va[MR];
     for (int r = 0; r < MR; ++r) {
       va[r] = reinterpret_cast<__m512bh>(kTail ? _mm512_maskz_loadu_epi16(lanes, pa[r] + p)
@@ -75,7 +76,7 @@ struct Fp8Tiles {
       if (p % 64 == 0) __builtin_prefetch(pb[q] + ahead + p, 0, 3);
       const __m256i bytes = kTail ? _mm256_maskz_loadu_epi8(lanes, pb[q] + p)
                                   : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb[q] + p));
-      const __m512bh vb = e4m3_to_bf16(bytes);
+      const __m512bh vb = e4m3_to_bf16.convert(bytes, seen);
       for (int r = 0; r < MR; ++r) acc[r][q] = _mm512_dpbf16_ps(acc[r][q], va[r], vb);
     }
   }
@@ -92,6 +93,7 @@ struct Fp8Tiles {
       ps[q] = sc.scale + (sc.row0 + j) / sc.block_n * sc.ld;
     }
     const int64_t ahead = cols.ahead * ldb;
+    __m512i seen = _mm512_setzero_si512();
     __m512 total[MR][NR];
     for (int r = 0; r < MR; ++r) {
       for (int q = 0; q < NR; ++q) total[r][q] = _mm512_setzero_ps();
@@ -103,13 +105,14 @@ struct Fp8Tiles {
         for (int q = 0; q < NR; ++q) acc[r][q] = _mm512_setzero_ps();
       }
       int64_t p = p0;
-      for (; p + 32 <= p1; p += 32) step<MR, NR, false>(pa, pb, p, ahead, 0, acc);
-      if (p < p1) step<MR, NR, true>(pa, pb, p, ahead, static_cast<__mmask32>((1ull << (p1 - p)) - 1), acc);
+      for (; p + 32 <= p1; p += 32) step<MR, NR, false>(pa, pb, p, ahead, 0, acc, seen);
+      if (p < p1) step<MR, NR, true>(pa, pb, p, ahead, static_cast<__mmask32>((1ull << (p1 - p)) - 1), acc, seen);
       for (int q = 0; q < NR; ++q) {
         const __m512 s = _mm512_set1_ps(ps[q][block] * x86::kE4m3Scale);
         for (int r = 0; r < MR; ++r) total[r][q] = _mm512_fmadd_ps(acc[r][q], s, total[r][q]);
       }
     }
+    nan_seen |= x86::e4m3_nan_seen(seen);
     // store_sums_avx512 reduces 4 or 8 vectors: pad with zeros.
     constexpr int kSums = NR < 4 ? 4 : NR;
     for (int r = 0; r < MR; ++r) {
@@ -125,6 +128,7 @@ void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t l
                    const Fp8Scales& scales, float* c, int64_t ldc) {
   Fp8Tiles t{a, lda, b, ldb, scales, c, ldc, {}};
   x86::gemm_tiled(t, m, n, k);
+  if (t.nan_seen) x86::fp8_nan_columns(m, n, k, b, ldb, c, ldc);
 }
 
 void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
