@@ -30,10 +30,6 @@ namespace {
 constexpr int64_t kTokenChunk = 128;  // rows of a per GEMM call: bounds the fp32 tile buffers
 constexpr int64_t kInterBlock = 32;   // activation columns per phase-2 work item
 constexpr int64_t kHiddenBlock = 64;  // output columns per phase-3 work item
-// Up to this many rows of activations per expert, fp8 weights are widened in
-// registers by the GEMM itself (when the kernel set can): widening a tile once
-// costs more than redoing it for so few rows.
-constexpr int64_t kFusedFp8Rows = 4;
 
 int64_t round_up(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -201,7 +197,7 @@ class ExpertGemm {
                  w_.channel_scale ? w_.channel_scale + expert * w_.rows + r0 : nullptr};
     t.tiles = w_.tiles;
     if (w_.dtype == at::kFloat8_e4m3fn && compute_ == ComputeType::kBF16 && kernels_.gemm_bf16_fp8 &&
-        m <= kFusedFp8Rows) {
+        m <= kernels_.gemm_bf16_fp8_rows) {
       // The logical width: block scales end there, padding or not.
       t.k = w_.cols;
       t.fp8 = true;

@@ -88,6 +88,10 @@ struct KernelSet {
   Fp8ToBF16Fn fp8_to_bf16 = fp8_to_bf16_generic;
   Fp8ToF32Fn fp8_to_f32 = fp8_to_f32_generic;
   GemmBF16Fp8Fn gemm_bf16_fp8 = nullptr;  // null: the driver widens fp8 tiles for gemm_bf16 instead
+  // Up to this many rows of a, the driver hands fp8 weights to gemm_bf16_fp8;
+  // above, it widens each tile once for all of them (a kernel that widens in
+  // registers redoes it per few rows).
+  int64_t gemm_bf16_fp8_rows = 4;
   // The GEMMs above with b in the tile layout (null: the level reads rows only).
   // A level that has them is given bf16 and int8 weights in that layout by
   // convert_weight_packed wherever it applies (packing.h): each 16-row block of

@@ -296,3 +296,30 @@ def test_fp8_every_value(packed: bool, tokens: int) -> None:
         weights.update({name: moe_kernels.convert_weight_packed(weights[name], fp8) for name in ("w1", "w2")})
     actual = moe_kernels.fused_experts(**problem.kwargs(**weights, is_vnni=packed))
     assert_matches_reference(actual, expected, fp8, torch.bfloat16)
+
+
+@BOTH_LAYOUTS
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("tokens", [1, 4, 37, 300])
+def test_fp8_nan_weights(packed: bool, dtype: str, tokens: int) -> None:
+    """The e4m3 NaN patterns (0x7f, 0xff; e4m3fn has no inf) read as NaN on every
+    path: one in W1 of the last token's expert makes its tokens' rows NaN (every
+    column of their intermediate meets it in W2), one in W2 of the first token's
+    expert one column of its tokens' rows. Tokens cover the in-register
+    widening, the widened tiles, and experts with more rows than one token
+    chunk; fp32 inputs widen to fp32."""
+    fp8 = METHODS["fp8"]
+    problem = make_moe_problem(tokens, 256, 64, 4, 2, DTYPES[dtype], fp8, seed=15, block_size=(16, 64))
+    ids = problem.arguments["topk_ids"]
+    weights = {name: problem.arguments[name].clone() for name in ("w1", "w2")}
+    for name, token, row, col, bits in (("w1", -1, 5, 100, 0x7F), ("w2", 0, 70, 3, 0xFF)):
+        expert = int(ids[token][ids[token] >= 0][0])
+        weights[name].view(torch.uint8)[expert, row, col] = bits
+    expected = problem.run(reference.fused_experts, **weights)
+    assert expected.isnan().any()
+    if packed:
+        weights = {name: moe_kernels.convert_weight_packed(weights[name], fp8) for name in ("w1", "w2")}
+    actual = moe_kernels.fused_experts(**problem.kwargs(**weights, is_vnni=packed))
+    assert torch.equal(actual.isnan(), expected.isnan())
+    finite = ~expected.isnan()
+    assert_matches_reference(actual[finite], expected[finite], fp8, DTYPES[dtype])

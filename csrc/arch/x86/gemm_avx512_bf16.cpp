@@ -38,33 +38,6 @@ struct DpBF16 {
   }
 };
 
-// 32 e4m3 bytes as bf16 bit patterns of value * 2^8 (kE4m3Scale undoes it),
-// exactly, subnormals and zero included. A normal value's exponent and
-// mantissa move into bf16's fields as they are, with exponent bit 7 set for
-// the bias (127 + 8 - 7 = 128); the subnormals (exponent 0: mantissa * 2^-9,
-// times 2^8) take their values from a table of 8. The NaN pattern is read as
-// the finite 480: valid weights hold no NaN.
-constexpr float kE4m3Scale = 1.f / 256.f;
-
-// bf16 bits of mantissa * 2^-1, for the permute's 32 lanes.
-alignas(64) constexpr uint16_t kSubnormals[32] = {0, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4020, 0x4040, 0x4060};
-
-struct E4m3ToBF16 {
-  __m512i subnormals = _mm512_load_si512(kSubnormals);
-  MOE_X86_INLINE __m512bh operator()(__m256i bytes) const {
-    const __m512i x = _mm512_cvtepi8_epi16(bytes);  // the sign fills bits 7 to 15
-    // (x << 4) & 0x07f0 | 0x4000: exponent and mantissa in place, bias bit on.
-    __m512i magnitude = _mm512_ternarylogic_epi32(_mm512_slli_epi16(x, 4), _mm512_set1_epi16(0x07f0),
-                                                  _mm512_set1_epi16(0x4000), 0xea);
-    // Exponent 0: the table, indexed by the low 5 bits of x (the mantissa).
-    const __mmask32 sub = _mm512_testn_epi16_mask(x, _mm512_set1_epi16(0x78));
-    magnitude = _mm512_mask_permutexvar_epi16(magnitude, sub, x, subnormals);
-    // magnitude | (x & sign bit)
-    return reinterpret_cast<__m512bh>(
-        _mm512_ternarylogic_epi32(magnitude, x, _mm512_set1_epi16(static_cast<short>(0x8000)), 0xf8));
-  }
-};
-
 // The fused fp8 GEMM's tiles: each block of K accumulates on its own and is
 // added into the totals times its rows' scales (2 x MR x NR registers of
 // fp32, so MR * NR <= 8). Tiles are MR = 4 rows of a tall, so each widened
@@ -84,14 +57,15 @@ struct Fp8Tiles {
   const Fp8Scales& sc;
   float* c;
   int64_t ldc;
-  E4m3ToBF16 e4m3_to_bf16;
+  x86::E4m3ToBF16 e4m3_to_bf16;
+  bool nan_seen = false;  // a NaN pattern went by: fp8_nan_columns patches c
 
   int64_t row_bytes() const { return ldb; }
 
   // acc += 32 values of K from p on (the first `lanes` of them).
   template <int MR, int NR, bool kTail>
   MOE_X86_INLINE void step(const uint16_t* const (&pa)[MR], const uint8_t* const (&pb)[NR], int64_t p,
-                           int64_t ahead, __mmask32 lanes, __m512 (&acc)[MR][NR]) const {
+                           int64_t ahead, __mmask32 lanes, __m512 (&acc)[MR][NR], __m512i& seen) const {
     __m512bh va[MR];
     for (int r = 0; r < MR; ++r) {
       va[r] = reinterpret_cast<__m512bh>(kTail ? _mm512_maskz_loadu_epi16(lanes, pa[r] + p)
@@ -103,7 +77,7 @@ struct Fp8Tiles {
       if (p % 64 == 0) __builtin_prefetch(pb[q] + ahead + p, 0, 3);
       const __m256i bytes = kTail ? _mm256_maskz_loadu_epi8(lanes, pb[q] + p)
                                   : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pb[q] + p));
-      const __m512bh vb = e4m3_to_bf16(bytes);
+      const __m512bh vb = e4m3_to_bf16.convert(bytes, seen);
       for (int r = 0; r < MR; ++r) acc[r][q] = _mm512_dpbf16_ps(acc[r][q], va[r], vb);
     }
   }
@@ -120,6 +94,7 @@ struct Fp8Tiles {
       ps[q] = sc.scale + (sc.row0 + j) / sc.block_n * sc.ld;
     }
     const int64_t ahead = cols.ahead * ldb;
+    __m512i seen = _mm512_setzero_si512();
     __m512 total[MR][NR];
     for (int r = 0; r < MR; ++r) {
       for (int q = 0; q < NR; ++q) total[r][q] = _mm512_setzero_ps();
@@ -131,13 +106,14 @@ struct Fp8Tiles {
         for (int q = 0; q < NR; ++q) acc[r][q] = _mm512_setzero_ps();
       }
       int64_t p = p0;
-      for (; p + 32 <= p1; p += 32) step<MR, NR, false>(pa, pb, p, ahead, 0, acc);
-      if (p < p1) step<MR, NR, true>(pa, pb, p, ahead, static_cast<__mmask32>((1ull << (p1 - p)) - 1), acc);
+      for (; p + 32 <= p1; p += 32) step<MR, NR, false>(pa, pb, p, ahead, 0, acc, seen);
+      if (p < p1) step<MR, NR, true>(pa, pb, p, ahead, static_cast<__mmask32>((1ull << (p1 - p)) - 1), acc, seen);
       for (int q = 0; q < NR; ++q) {
-        const __m512 s = _mm512_set1_ps(ps[q][block] * kE4m3Scale);
+        const __m512 s = _mm512_set1_ps(ps[q][block] * x86::kE4m3Scale);
         for (int r = 0; r < MR; ++r) total[r][q] = _mm512_fmadd_ps(acc[r][q], s, total[r][q]);
       }
     }
+    nan_seen |= x86::e4m3_nan_seen(seen);
     // store_sums_avx512 reduces 4 or 8 vectors: pad with zeros.
     constexpr int kSums = NR < 4 ? 4 : NR;
     for (int r = 0; r < MR; ++r) {
@@ -153,6 +129,7 @@ void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t l
                    const Fp8Scales& scales, float* c, int64_t ldc) {
   Fp8Tiles t{a, lda, b, ldb, scales, c, ldc, {}};
   x86::gemm_tiled(t, m, n, k);
+  if (t.nan_seen) x86::fp8_nan_columns(m, n, k, b, ldb, c, ldc);
 }
 
 void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
@@ -160,30 +137,22 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, 
   x86::gemm_float<DpBF16, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc);
 }
 
-// bf16 bits (16 of them, in 256 bits) as fp32.
-MOE_X86_INLINE __m512 bf16_to_f32(__m256i bits) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
-}
-
 // How far ahead of the row being widened to prefetch: the weights come from
 // memory once, and a prefetch in flight keeps more of them coming than the
 // hardware prefetcher alone (measured ~20% at K = 2048, one thread).
 constexpr int64_t kWidenAhead = 1024;
 
-// 32 values at a time: widened exactly by E4m3ToBF16, times the scale in fp32,
-// rounded to bf16 once.
+// 32 values at a time (x86::fp8_scaled_bf16).
 void fp8_to_bf16(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, uint16_t* dst) {
-  const E4m3ToBF16 e4m3_to_bf16;
+  const x86::E4m3ToBF16 e4m3_to_bf16;
   for (int64_t c0 = 0; c0 < cols; c0 += block_k) {
     const int64_t c1 = cols - c0 < block_k ? cols : c0 + block_k;
-    const __m512 s = _mm512_set1_ps(scale[c0 / block_k] * kE4m3Scale);
+    const __m512 s = _mm512_set1_ps(scale[c0 / block_k] * x86::kE4m3Scale);
     for (int64_t c = c0; c < c1; c += 32) {
       const __mmask32 lanes = c1 - c >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1ull << (c1 - c)) - 1);
       if (c % 64 == 0) __builtin_prefetch(src + c + kWidenAhead, 0, 3);
-      const __m512i w = reinterpret_cast<__m512i>(e4m3_to_bf16(_mm256_maskz_loadu_epi8(lanes, src + c)));
-      const __m512 lo = _mm512_mul_ps(bf16_to_f32(_mm512_extracti64x4_epi64(w, 0)), s);
-      const __m512 hi = _mm512_mul_ps(bf16_to_f32(_mm512_extracti64x4_epi64(w, 1)), s);
-      _mm512_mask_storeu_epi16(dst + c, lanes, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo)));
+      _mm512_mask_storeu_epi16(dst + c, lanes,
+                               x86::fp8_scaled_bf16(e4m3_to_bf16, _mm256_maskz_loadu_epi8(lanes, src + c), s));
     }
   }
 }

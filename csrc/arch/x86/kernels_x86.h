@@ -340,6 +340,92 @@ MOE_X86_INLINE void store_sums_avx512(const __m512 (&acc)[NR], float* c, int nb,
 }
 #endif  // __AVX512F__
 
+#if defined(__AVX512BF16__)
+// Shared by the avx512_bf16 and amx files.
+
+// 32 e4m3 bytes as bf16 bit patterns of value * 2^8 (kE4m3Scale undoes it),
+// exactly, subnormals and zero included. A normal value's exponent and
+// mantissa move into bf16's fields as they are, with exponent bit 7 set for
+// the bias (127 + 8 - 7 = 128); the subnormals (exponent 0: mantissa * 2^-9,
+// times 2^8) take their values from a table of 8. The NaN pattern (exponent
+// and mantissa all ones) becomes 480 by those moves: operator() blends a bf16
+// NaN in; the GEMMs' convert() instead keeps the largest magnitude seen, one
+// max a vector, and patch their few NaN columns afterwards (fp8_nan_columns).
+constexpr float kE4m3Scale = 1.f / 256.f;
+constexpr short kE4m3NaNMagnitude = 0x47f0;  // the largest magnitude field
+
+// bf16 bits of mantissa * 2^-1, for the permute's 32 lanes.
+alignas(64) constexpr uint16_t kSubnormals[32] = {0, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4020, 0x4040, 0x4060};
+
+struct E4m3ToBF16 {
+  __m512i subnormals = _mm512_load_si512(kSubnormals);
+
+  // seen = the lane-wise max of itself and the magnitude fields.
+  MOE_X86_INLINE __m512bh convert(__m256i bytes, __m512i& seen) const {
+    const __m512i x = _mm512_cvtepi8_epi16(bytes);  // the sign fills bits 7 to 15
+    const __m512i magnitude = magnitude_of(x);
+    seen = _mm512_max_epu16(seen, magnitude);
+    return finish(x, magnitude);
+  }
+
+  MOE_X86_INLINE __m512bh operator()(__m256i bytes) const {
+    const __m512i x = _mm512_cvtepi8_epi16(bytes);
+    const __m512i magnitude = magnitude_of(x);
+    const __mmask32 nan = _mm512_cmpeq_epi16_mask(magnitude, _mm512_set1_epi16(kE4m3NaNMagnitude));
+    return reinterpret_cast<__m512bh>(
+        _mm512_mask_mov_epi16(reinterpret_cast<__m512i>(finish(x, magnitude)), nan, _mm512_set1_epi16(0x7fc0)));
+  }
+
+ private:
+  // (x << 4) & 0x07f0 | 0x4000: exponent and mantissa in place, bias bit on.
+  static MOE_X86_INLINE __m512i magnitude_of(__m512i x) {
+    return _mm512_ternarylogic_epi32(_mm512_slli_epi16(x, 4), _mm512_set1_epi16(0x07f0),
+                                     _mm512_set1_epi16(0x4000), 0xea);
+  }
+
+  MOE_X86_INLINE __m512bh finish(__m512i x, __m512i magnitude) const {
+    // Exponent 0: the table, indexed by the low 5 bits of x (the mantissa).
+    const __mmask32 sub = _mm512_testn_epi16_mask(x, _mm512_set1_epi16(0x78));
+    magnitude = _mm512_mask_permutexvar_epi16(magnitude, sub, x, subnormals);
+    // magnitude | (x & sign bit)
+    return reinterpret_cast<__m512bh>(
+        _mm512_ternarylogic_epi32(magnitude, x, _mm512_set1_epi16(static_cast<short>(0x8000)), 0xf8));
+  }
+};
+
+// Whether convert()'s `seen` went past a NaN pattern.
+MOE_X86_INLINE bool e4m3_nan_seen(__m512i seen) {
+  return _mm512_cmpeq_epi16_mask(seen, _mm512_set1_epi16(kE4m3NaNMagnitude)) != 0;
+}
+
+// c = a times fp8 b (kernels.h's GemmBF16Fp8Fn) computed with NaN weights read
+// as 480: a NaN weight in row j of b makes column j of c NaN, every row of it
+// (even a zero of a times NaN is NaN).
+inline void fp8_nan_columns(int64_t m, int64_t n, int64_t k, const uint8_t* b, int64_t ldb, float* c,
+                            int64_t ldc) {
+  for (int64_t j = 0; j < n; ++j) {
+    bool nan = false;
+    for (int64_t p = 0; p < k; ++p) nan |= (b[j * ldb + p] & 0x7f) == 0x7f;
+    if (!nan) continue;
+    for (int64_t i = 0; i < m; ++i) c[i * ldc + j] = __builtin_nanf("");
+  }
+}
+
+// bf16 bits (16 of them, in 256 bits) as fp32.
+MOE_X86_INLINE __m512 bf16_to_f32(__m256i bits) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
+// 32 e4m3 bytes as bf16 values times scale (which includes kE4m3Scale):
+// widened exactly, multiplied in fp32, rounded to bf16 once.
+MOE_X86_INLINE __m512i fp8_scaled_bf16(const E4m3ToBF16& e4m3_to_bf16, __m256i bytes, __m512 scale) {
+  const __m512i w = reinterpret_cast<__m512i>(e4m3_to_bf16(bytes));
+  const __m512 lo = _mm512_mul_ps(bf16_to_f32(_mm512_extracti64x4_epi64(w, 0)), scale);
+  const __m512 hi = _mm512_mul_ps(bf16_to_f32(_mm512_extracti64x4_epi64(w, 1)), scale);
+  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+}
+#endif  // __AVX512BF16__
+
 }  // namespace
 }  // namespace x86
 }  // namespace moe_kernels
