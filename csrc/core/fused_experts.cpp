@@ -204,11 +204,14 @@ class ExpertGemm {
       t.fp8_scales = {w_.block_scale + expert * w_.scale_rows * w_.scale_cols, w_.scale_cols, r0, p_.block_n,
                       p_.block_k};
     } else if (dequantizes()) {
+      // Allocated on first use: a level that widens fp8 in its GEMM never needs it.
       if (compute_ == ComputeType::kBF16) {
+        if (!scratch.weights_bf16) scratch.weights_bf16 = aligned_buffer<uint16_t>(kMaxTileRows * a_ld);
         uint16_t* out = scratch.weights_bf16.get() + slot * a_ld;
         widen_rows(base, ld, expert, r0, r1, a_ld, out, kernels_.fp8_to_bf16, to_bf16_bits);
         t.values = reinterpret_cast<const uint8_t*>(out);
       } else {
+        if (!scratch.weights_f32) scratch.weights_f32 = aligned_buffer<float>(kMaxTileRows * a_ld);
         float* out = scratch.weights_f32.get() + slot * a_ld;
         widen_rows(base, ld, expert, r0, r1, a_ld, out, kernels_.fp8_to_f32, [](float v) { return v; });
         t.values = reinterpret_cast<const uint8_t*>(out);
@@ -249,11 +252,9 @@ class ExpertGemm {
   // fp16 and fp8 weights are widened tile by tile into scratch before the GEMM.
   bool dequantizes() const { return w_.dtype == at::kHalf || w_.dtype == at::kFloat8_e4m3fn; }
 
-  // One thread's scratch: output tiles, and weight tiles only where this operand needs them.
-  Scratch scratch(int64_t ld) const {
+  // One thread's scratch: the output tiles (tile() adds weight tiles if it widens).
+  Scratch scratch() const {
     Scratch s;
-    if (dequantizes() && compute_ == ComputeType::kBF16) s.weights_bf16 = aligned_buffer<uint16_t>(kMaxTileRows * ld);
-    if (dequantizes() && compute_ == ComputeType::kF32) s.weights_f32 = aligned_buffer<float>(kMaxTileRows * ld);
     s.out0 = aligned_buffer<float>(kTokenChunk * kMaxTileRows);
     s.out1 = aligned_buffer<float>(kTokenChunk * kMaxTileRows);
     return s;
@@ -376,7 +377,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   const ExpertGemm gemm1(kernels, p, p.w1, p.compute);
   const auto items1 = work_items(routing, p.experts, N, kInterBlock);
   at::parallel_for(0, static_cast<int64_t>(items1.size()), 1, [&](int64_t begin, int64_t end) {
-    Scratch scratch = gemm1.scratch(x.ld);
+    Scratch scratch = gemm1.scratch();
     std::vector<float> row(kInterBlock);
     for (int64_t item = begin; item < end; ++item) {
       const auto [e, j0] = items1[item];
@@ -418,7 +419,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   auto acc = aligned_buffer<float>(M * K);
   const ExpertGemm gemm2(kernels, p, p.w2, p.compute);
   at::parallel_for(0, (K + kHiddenBlock - 1) / kHiddenBlock, 1, [&](int64_t begin, int64_t end) {
-    Scratch scratch = gemm2.scratch(inter.ld);
+    Scratch scratch = gemm2.scratch();
     for (int64_t block = begin; block < end; ++block) {
       const int64_t k0 = block * kHiddenBlock, k1 = std::min(K, k0 + kHiddenBlock), width = k1 - k0;
       for (int64_t m = 0; m < M; ++m) std::fill(acc.get() + m * K + k0, acc.get() + m * K + k1, 0.f);
