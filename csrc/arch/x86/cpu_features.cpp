@@ -24,6 +24,7 @@ constexpr uint32_t kLeaf7EbxAvx512f = 1u << 16;
 constexpr uint32_t kLeaf7EbxAvx512dq = 1u << 17;
 constexpr uint32_t kLeaf7EbxAvx512bw = 1u << 30;
 constexpr uint32_t kLeaf7EbxAvx512vl = 1u << 31;
+constexpr uint32_t kLeaf7EcxAvx512vbmi = 1u << 1;
 constexpr uint32_t kLeaf7EcxAvx512vnni = 1u << 11;
 constexpr uint32_t kLeaf7Sub1EaxAvx512bf16 = 1u << 5;
 constexpr uint32_t kLeaf7EdxAmxBf16 = 1u << 22;
@@ -75,7 +76,10 @@ Features detect() {
   f.avx512 = f.avx2 && (os & kXcr0Zmm) == kXcr0Zmm &&
              all(ebx, kLeaf7EbxAvx512f | kLeaf7EbxAvx512dq | kLeaf7EbxAvx512bw | kLeaf7EbxAvx512vl) &&
              all(ecx, kLeaf7EcxAvx512vnni);
-  if (f.avx512 && max_subleaf >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
+  // The level's fp8 widening is byte permutes (VBMI): every CPU with AMX has
+  // them, and of those with AVX512_BF16 only Cooper Lake does not.
+  const bool vbmi = all(ecx, kLeaf7EcxAvx512vbmi);
+  if (f.avx512 && vbmi && max_subleaf >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
     f.avx512_bf16 = all(eax, kLeaf7Sub1EaxAvx512bf16);
   }
   f.amx = f.avx512_bf16 && tiles && request_tiles();

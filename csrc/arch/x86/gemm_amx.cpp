@@ -261,15 +261,13 @@ constexpr int64_t kTileValues = kTileBytes / 2;  // bf16 values of K per tile ro
 constexpr int64_t kTileSize = kTileRows * kTileBytes;
 
 // Rows [j, j + rows) of fp8 b (rows <= 16, the rest zero), k values of each
-// (a multiple of 32), widened exactly (x86::E4m3ToBF16: values * 2^8)
-// straight into a panel of contiguous tiles: one pass over b, no widened rows
-// in between. The tile of values [p, p + 32) is the 1 KiB from panel + 32 p
-// on, its row g holding the bf16 pair g of each row of b; contiguous, its rows
-// do not share L1 sets as rows 2 k bytes apart would. True if a NaN pattern
-// went by (read as 480: the caller patches its columns).
-bool widen_panel(const uint8_t* b, int64_t ldb, int64_t j, int rows, int64_t k, uint8_t* panel) {
+// (a multiple of 32), widened exactly (x86::E4m3ToBF16) straight into a panel
+// of contiguous tiles: one pass over b, no widened rows in between. The tile
+// of values [p, p + 32) is the 1 KiB from panel + 32 p on, its row g holding
+// the bf16 pair g of each row of b; contiguous, its rows do not share L1 sets
+// as rows 2 k bytes apart would.
+void widen_panel(const uint8_t* b, int64_t ldb, int64_t j, int rows, int64_t k, uint8_t* panel) {
   const x86::E4m3ToBF16 e4m3_to_bf16;
-  __m512i seen = _mm512_setzero_si512();
   const uint8_t* src[kTileRows];
   for (int i = 0; i < kTileRows; ++i) src[i] = b + (j + (i < rows ? i : rows - 1)) * ldb;
   for (int64_t p = 0; p < k; p += kTileValues) {
@@ -277,14 +275,13 @@ bool widen_panel(const uint8_t* b, int64_t ldb, int64_t j, int rows, int64_t k, 
     __m512i r[16];
     for (int i = 0; i < kTileRows; ++i) {
       if (p % kTileBytes == 0) _mm_prefetch(reinterpret_cast<const char*>(src[i] + p + ahead), _MM_HINT_T0);
-      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src[i] + p));
-      r[i] = i < rows ? reinterpret_cast<__m512i>(e4m3_to_bf16.convert(bytes, seen)) : _mm512_setzero_si512();
+      r[i] = i < rows ? reinterpret_cast<__m512i>(e4m3_to_bf16.first32(src[i] + p, ~__mmask32{0}))
+                      : _mm512_setzero_si512();
     }
     transpose16x16(r);
     uint8_t* tile = panel + p / kTileValues * kTileSize;
     for (int g = 0; g < kTileRows; ++g) _mm512_store_si512(tile + g * kTileBytes, r[g]);
   }
-  return x86::e4m3_nan_seen(seen);
 }
 
 // From kMinRows rows of a: each 32 columns of b are widened into two panels
@@ -311,17 +308,16 @@ void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t l
   float* total = col_scale + blocks * kCols;                           // [m][kCols]
   alignas(64) float dots[kTileRows][kCols];
   int configured = 0;
-  bool nan_seen = false;
   for (int64_t j = 0; j < n; j += kCols) {
     const int nb = static_cast<int>(n - j < kCols ? n - j : kCols);
     for (int q = 0; q < kCols; ++q) {
       const int64_t row = scales.row0 + j + (q < nb ? q : nb - 1);
       const float* s = scales.scale + row / scales.block_n * scales.ld;
-      for (int64_t blk = 0; blk < blocks; ++blk) col_scale[blk * kCols + q] = s[blk] * x86::kE4m3Scale;
+      for (int64_t blk = 0; blk < blocks; ++blk) col_scale[blk * kCols + q] = s[blk];
     }
     for (int64_t i = 0; i < m * kCols; i += kTileRows) _mm512_store_ps(total + i, _mm512_setzero_ps());
-    nan_seen |= widen_panel(b, ldb, j, nb < kTileRows ? nb : kTileRows, k, panel0);
-    if (nb > kTileRows) nan_seen |= widen_panel(b, ldb, j + kTileRows, nb - kTileRows, k, panel1);
+    widen_panel(b, ldb, j, nb < kTileRows ? nb : kTileRows, k, panel0);
+    if (nb > kTileRows) widen_panel(b, ldb, j + kTileRows, nb - kTileRows, k, panel1);
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t p0 = blk * block_k, p1 = k - p0 < block_k ? k : p0 + block_k;
       for (int64_t i = 0; i < m; i += kTileRows) {
@@ -356,7 +352,6 @@ void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t l
     for (int64_t i = 0; i < m; ++i) std::memcpy(c + i * ldc + j, total + i * kCols, nb * sizeof(float));
   }
   _tile_release();
-  if (nan_seen) x86::fp8_nan_columns(m, n, k, b, ldb, c, ldc);
 }
 
 // Below kMinRows rows of a, tiles would idle: AVX-512 dot products read the

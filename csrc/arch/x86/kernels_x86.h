@@ -340,91 +340,102 @@ MOE_X86_INLINE void store_sums_avx512(const __m512 (&acc)[NR], float* c, int nb,
 }
 #endif  // __AVX512F__
 
-#if defined(__AVX512BF16__)
+#if defined(__AVX512BF16__) && defined(__AVX512VBMI__)
 // Shared by the avx512_bf16 and amx files.
 
-// 32 e4m3 bytes as bf16 bit patterns of value * 2^8 (kE4m3Scale undoes it),
-// exactly, subnormals and zero included. A normal value's exponent and
-// mantissa move into bf16's fields as they are, with exponent bit 7 set for
-// the bias (127 + 8 - 7 = 128); the subnormals (exponent 0: mantissa * 2^-9,
-// times 2^8) take their values from a table of 8. The NaN pattern (exponent
-// and mantissa all ones) becomes 480 by those moves: operator() blends a bf16
-// NaN in; the GEMMs' convert() instead keeps the largest magnitude seen, one
-// max a vector, and patch their few NaN columns afterwards (fp8_nan_columns).
-constexpr float kE4m3Scale = 1.f / 256.f;
-constexpr short kE4m3NaNMagnitude = 0x47f0;  // the largest magnitude field
-
-// bf16 bits of mantissa * 2^-1, for the permute's 32 lanes.
-alignas(64) constexpr uint16_t kSubnormals[32] = {0, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4020, 0x4040, 0x4060};
-
-struct E4m3ToBF16 {
-  __m512i subnormals = _mm512_load_si512(kSubnormals);
-
-  // seen = the lane-wise max of itself and the magnitude fields.
-  MOE_X86_INLINE __m512bh convert(__m256i bytes, __m512i& seen) const {
-    const __m512i x = _mm512_cvtepi8_epi16(bytes);  // the sign fills bits 7 to 15
-    const __m512i magnitude = magnitude_of(x);
-    seen = _mm512_max_epu16(seen, magnitude);
-    return finish(x, magnitude);
+// The bf16 bit pattern of the e4m3 magnitude m (sign bit clear). Every e4m3
+// value, subnormals included, is a normal bf16 with the same mantissa bits;
+// the NaN pattern (exponent and mantissa all ones) stays NaN.
+constexpr uint16_t e4m3_magnitude_bf16(int m) {
+  if (m == 0x7f) return 0x7fc0;
+  int exponent = (m >> 3) - 7;  // a normal value is (1 + mantissa / 8) * 2^exponent
+  int mantissa = m & 7;
+  if (m >> 3 == 0) {  // subnormal: mantissa * 2^-9, normalized
+    if (mantissa == 0) return 0;
+    exponent = -6;
+    while (mantissa < 8) {
+      mantissa <<= 1;
+      --exponent;
+    }
+    mantissa &= 7;
   }
+  return static_cast<uint16_t>((exponent + 127) << 7 | mantissa << 4);
+}
 
-  MOE_X86_INLINE __m512bh operator()(__m256i bytes) const {
-    const __m512i x = _mm512_cvtepi8_epi16(bytes);
-    const __m512i magnitude = magnitude_of(x);
-    const __mmask32 nan = _mm512_cmpeq_epi16_mask(magnitude, _mm512_set1_epi16(kE4m3NaNMagnitude));
-    return reinterpret_cast<__m512bh>(
-        _mm512_mask_mov_epi16(reinterpret_cast<__m512i>(finish(x, magnitude)), nan, _mm512_set1_epi16(0x7fc0)));
-  }
-
- private:
-  // (x << 4) & 0x07f0 | 0x4000: exponent and mantissa in place, bias bit on.
-  static MOE_X86_INLINE __m512i magnitude_of(__m512i x) {
-    return _mm512_ternarylogic_epi32(_mm512_slli_epi16(x, 4), _mm512_set1_epi16(0x07f0),
-                                     _mm512_set1_epi16(0x4000), 0xea);
-  }
-
-  MOE_X86_INLINE __m512bh finish(__m512i x, __m512i magnitude) const {
-    // Exponent 0: the table, indexed by the low 5 bits of x (the mantissa).
-    const __mmask32 sub = _mm512_testn_epi16_mask(x, _mm512_set1_epi16(0x78));
-    magnitude = _mm512_mask_permutexvar_epi16(magnitude, sub, x, subnormals);
-    // magnitude | (x & sign bit)
-    return reinterpret_cast<__m512bh>(
-        _mm512_ternarylogic_epi32(magnitude, x, _mm512_set1_epi16(static_cast<short>(0x8000)), 0xf8));
-  }
+// Byte tables for E4m3ToBF16's permutes: the low and the high bytes of
+// e4m3_magnitude_bf16 over all 128 magnitudes, and the two interleaves that
+// put low byte i next to high byte i (i in [0, 32), then [32, 64)).
+struct E4m3Tables {
+  alignas(64) uint8_t low[128];
+  alignas(64) uint8_t high[128];
+  alignas(64) uint8_t interleave[2][64];
 };
 
-// Whether convert()'s `seen` went past a NaN pattern.
-MOE_X86_INLINE bool e4m3_nan_seen(__m512i seen) {
-  return _mm512_cmpeq_epi16_mask(seen, _mm512_set1_epi16(kE4m3NaNMagnitude)) != 0;
+constexpr E4m3Tables make_e4m3_tables() {
+  E4m3Tables t{};
+  for (int m = 0; m < 128; ++m) {
+    t.low[m] = static_cast<uint8_t>(e4m3_magnitude_bf16(m) & 0xff);
+    t.high[m] = static_cast<uint8_t>(e4m3_magnitude_bf16(m) >> 8);
+  }
+  for (int half = 0; half < 2; ++half) {
+    for (int i = 0; i < 32; ++i) {
+      t.interleave[half][2 * i] = static_cast<uint8_t>(32 * half + i);
+      t.interleave[half][2 * i + 1] = static_cast<uint8_t>(64 + 32 * half + i);
+    }
+  }
+  return t;
 }
 
-// c = a times fp8 b (kernels.h's GemmBF16Fp8Fn) computed with NaN weights read
-// as 480: a NaN weight in row j of b makes column j of c NaN, every row of it
-// (even a zero of a times NaN is NaN).
-inline void fp8_nan_columns(int64_t m, int64_t n, int64_t k, const uint8_t* b, int64_t ldb, float* c,
-                            int64_t ldc) {
-  for (int64_t j = 0; j < n; ++j) {
-    bool nan = false;
-    for (int64_t p = 0; p < k; ++p) nan |= (b[j * ldb + p] & 0x7f) == 0x7f;
-    if (!nan) continue;
-    for (int64_t i = 0; i < m; ++i) c[i * ldc + j] = __builtin_nanf("");
+constexpr E4m3Tables kE4m3Tables = make_e4m3_tables();
+
+// 64 e4m3 bytes widened exactly to bf16, in order: values [0, 32) in `first`,
+// [32, 64) in `second`. Two 128-entry byte lookups (vpermi2b, which ignores
+// the sign bit), the sign OR-ed into the high bytes, two byte interleaves:
+// five ops for 64 values where moving the bits took seven for 32, which made
+// fp8 decode compute-bound. NaN needs no special case; a caller that uses only
+// `first` pays for one interleave.
+struct E4m3ToBF16 {
+  struct Halves {
+    __m512bh first, second;
+  };
+
+  __m512i low0 = _mm512_load_si512(kE4m3Tables.low);
+  __m512i low1 = _mm512_load_si512(kE4m3Tables.low + 64);
+  __m512i high0 = _mm512_load_si512(kE4m3Tables.high);
+  __m512i high1 = _mm512_load_si512(kE4m3Tables.high + 64);
+  __m512i first_half = _mm512_load_si512(kE4m3Tables.interleave[0]);
+  __m512i second_half = _mm512_load_si512(kE4m3Tables.interleave[1]);
+
+  MOE_X86_INLINE Halves operator()(__m512i bytes) const {
+    const __m512i low = _mm512_permutex2var_epi8(low0, bytes, low1);
+    // high | (bytes & sign bit)
+    const __m512i high = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(high0, bytes, high1), bytes,
+                                                   _mm512_set1_epi8(static_cast<char>(0x80)), 0xf8);
+    return {reinterpret_cast<__m512bh>(_mm512_permutex2var_epi8(low, first_half, high)),
+            reinterpret_cast<__m512bh>(_mm512_permutex2var_epi8(low, second_half, high))};
   }
-}
+
+  // 32 bytes (the first `lanes` of them; the rest read as zero).
+  MOE_X86_INLINE __m512bh first32(const uint8_t* src, __mmask32 lanes) const {
+    return (*this)(_mm512_maskz_loadu_epi8(lanes, src)).first;
+  }
+};
 
 // bf16 bits (16 of them, in 256 bits) as fp32.
 MOE_X86_INLINE __m512 bf16_to_f32(__m256i bits) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
 }
 
-// 32 e4m3 bytes as bf16 values times scale (which includes kE4m3Scale):
-// widened exactly, multiplied in fp32, rounded to bf16 once.
-MOE_X86_INLINE __m512i fp8_scaled_bf16(const E4m3ToBF16& e4m3_to_bf16, __m256i bytes, __m512 scale) {
-  const __m512i w = reinterpret_cast<__m512i>(e4m3_to_bf16(bytes));
+// 32 e4m3 bytes (the first `lanes`) as bf16 values times scale: widened
+// exactly, multiplied in fp32, rounded to bf16 once.
+MOE_X86_INLINE __m512i fp8_scaled_bf16(const E4m3ToBF16& e4m3_to_bf16, const uint8_t* src, __mmask32 lanes,
+                                       __m512 scale) {
+  const __m512i w = reinterpret_cast<__m512i>(e4m3_to_bf16.first32(src, lanes));
   const __m512 lo = _mm512_mul_ps(bf16_to_f32(_mm512_extracti64x4_epi64(w, 0)), scale);
   const __m512 hi = _mm512_mul_ps(bf16_to_f32(_mm512_extracti64x4_epi64(w, 1)), scale);
   return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
 }
-#endif  // __AVX512BF16__
+#endif  // __AVX512BF16__ && __AVX512VBMI__
 
 }  // namespace
 }  // namespace x86

@@ -12,6 +12,6 @@ set_source_files_properties(csrc/arch/x86/gemm_avx2.cpp PROPERTIES
 set_source_files_properties(csrc/arch/x86/gemm_avx512.cpp PROPERTIES
   COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni")
 set_source_files_properties(csrc/arch/x86/gemm_avx512_bf16.cpp PROPERTIES
-  COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16")
+  COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;-mavx512vbmi")
 set_source_files_properties(csrc/arch/x86/gemm_amx.cpp PROPERTIES
-  COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;-mamx-tile;-mamx-bf16;-mamx-int8")
+  COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;-mavx512vbmi;-mamx-tile;-mamx-bf16;-mamx-int8")
