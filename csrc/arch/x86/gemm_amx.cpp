@@ -265,22 +265,29 @@ constexpr int64_t kTileSize = kTileRows * kTileBytes;
 // of contiguous tiles: one pass over b, no widened rows in between. The tile
 // of values [p, p + 32) is the 1 KiB from panel + 32 p on, its row g holding
 // the bf16 pair g of each row of b; contiguous, its rows do not share L1 sets
-// as rows 2 k bytes apart would.
+// as rows 2 k bytes apart would. The transpose runs on the fp8 bytes, 4 values
+// of K a word, before widening (E4m3Order::kTilePairs): half the shuffles of
+// transposing bf16 pairs, and one widening per 64 values.
 void widen_panel(const uint8_t* b, int64_t ldb, int64_t j, int rows, int64_t k, uint8_t* panel) {
-  const x86::E4m3ToBF16 e4m3_to_bf16;
+  const x86::E4m3ToBF16 e4m3_to_bf16(x86::E4m3Order::kTilePairs);
   const uint8_t* src[kTileRows];
   for (int i = 0; i < kTileRows; ++i) src[i] = b + (j + (i < rows ? i : rows - 1)) * ldb;
-  for (int64_t p = 0; p < k; p += kTileValues) {
+  for (int64_t p = 0; p < k; p += kTileBytes) {
     const int64_t ahead = p + kFp8Ahead < k ? kFp8Ahead : kFp8Ahead - k + kTileRows * ldb;
+    const __mmask64 lanes = k - p >= kTileBytes ? ~__mmask64{0} : (__mmask64{1} << (k - p)) - 1;
     __m512i r[16];
     for (int i = 0; i < kTileRows; ++i) {
-      if (p % kTileBytes == 0) _mm_prefetch(reinterpret_cast<const char*>(src[i] + p + ahead), _MM_HINT_T0);
-      r[i] = i < rows ? reinterpret_cast<__m512i>(e4m3_to_bf16.first32(src[i] + p, ~__mmask32{0}))
-                      : _mm512_setzero_si512();
+      _mm_prefetch(reinterpret_cast<const char*>(src[i] + p + ahead), _MM_HINT_T0);
+      r[i] = i < rows ? _mm512_maskz_loadu_epi8(lanes, src[i] + p) : _mm512_setzero_si512();
     }
-    transpose16x16(r);
-    uint8_t* tile = panel + p / kTileValues * kTileSize;
-    for (int g = 0; g < kTileRows; ++g) _mm512_store_si512(tile + g * kTileBytes, r[g]);
+    transpose16x16(r);  // r[g]: values [p + 4 g, + 4) of each row
+    for (int g = 0; 4 * g < k - p && g < kTileRows; ++g) {
+      const auto pairs = e4m3_to_bf16(r[g]);
+      const int64_t pair = p / 2 + 2 * g;  // the first pair of K values of r[g]
+      uint8_t* row = panel + pair / kTileRows * kTileSize + pair % kTileRows * kTileBytes;
+      _mm512_store_si512(row, reinterpret_cast<__m512i>(pairs.first));
+      _mm512_store_si512(row + kTileBytes, reinterpret_cast<__m512i>(pairs.second));
+    }
   }
 }
 

@@ -362,13 +362,24 @@ constexpr uint16_t e4m3_magnitude_bf16(int m) {
   return static_cast<uint16_t>((exponent + 127) << 7 | mantissa << 4);
 }
 
+// The order E4m3ToBF16 puts 64 values in. kRows: as they came. kTilePairs:
+// the bytes are 16 rows x 4 values of K (a 4-byte group of each row), and
+// the first half holds each row's first pair of K values, the second half
+// its second pair - two rows of a bf16 tile.
+enum class E4m3Order { kRows = 0, kTilePairs = 1 };
+
+// The byte E4m3Order puts in place w (of 32) of a half.
+constexpr int e4m3_source(E4m3Order order, int half, int w) {
+  return order == E4m3Order::kRows ? 32 * half + w : 4 * (w / 2) + 2 * half + w % 2;
+}
+
 // Byte tables for E4m3ToBF16's permutes: the low and the high bytes of
-// e4m3_magnitude_bf16 over all 128 magnitudes, and the two interleaves that
-// put low byte i next to high byte i (i in [0, 32), then [32, 64)).
+// e4m3_magnitude_bf16 over all 128 magnitudes, and per order the two
+// interleaves that put each value's low byte next to its high byte.
 struct E4m3Tables {
   alignas(64) uint8_t low[128];
   alignas(64) uint8_t high[128];
-  alignas(64) uint8_t interleave[2][64];
+  alignas(64) uint8_t interleave[2][2][64];  // [order][half]
 };
 
 constexpr E4m3Tables make_e4m3_tables() {
@@ -377,10 +388,13 @@ constexpr E4m3Tables make_e4m3_tables() {
     t.low[m] = static_cast<uint8_t>(e4m3_magnitude_bf16(m) & 0xff);
     t.high[m] = static_cast<uint8_t>(e4m3_magnitude_bf16(m) >> 8);
   }
-  for (int half = 0; half < 2; ++half) {
-    for (int i = 0; i < 32; ++i) {
-      t.interleave[half][2 * i] = static_cast<uint8_t>(32 * half + i);
-      t.interleave[half][2 * i + 1] = static_cast<uint8_t>(64 + 32 * half + i);
+  for (int order = 0; order < 2; ++order) {
+    for (int half = 0; half < 2; ++half) {
+      for (int w = 0; w < 32; ++w) {
+        const int source = e4m3_source(static_cast<E4m3Order>(order), half, w);
+        t.interleave[order][half][2 * w] = static_cast<uint8_t>(source);
+        t.interleave[order][half][2 * w + 1] = static_cast<uint8_t>(64 + source);
+      }
     }
   }
   return t;
@@ -388,8 +402,8 @@ constexpr E4m3Tables make_e4m3_tables() {
 
 constexpr E4m3Tables kE4m3Tables = make_e4m3_tables();
 
-// 64 e4m3 bytes widened exactly to bf16, in order: values [0, 32) in `first`,
-// [32, 64) in `second`. Two 128-entry byte lookups (vpermi2b, which ignores
+// 64 e4m3 bytes widened exactly to bf16, in the E4m3Order (kRows: values
+// [0, 32) in `first`, [32, 64) in `second`). Two 128-entry byte lookups (vpermi2b, which ignores
 // the sign bit), the sign OR-ed into the high bytes, two byte interleaves:
 // five ops for 64 values where moving the bits took seven for 32, which made
 // fp8 decode compute-bound. NaN needs no special case; a caller that uses only
@@ -403,8 +417,12 @@ struct E4m3ToBF16 {
   __m512i low1 = _mm512_load_si512(kE4m3Tables.low + 64);
   __m512i high0 = _mm512_load_si512(kE4m3Tables.high);
   __m512i high1 = _mm512_load_si512(kE4m3Tables.high + 64);
-  __m512i first_half = _mm512_load_si512(kE4m3Tables.interleave[0]);
-  __m512i second_half = _mm512_load_si512(kE4m3Tables.interleave[1]);
+  __m512i first_half, second_half;
+
+  E4m3ToBF16() : E4m3ToBF16(E4m3Order::kRows) {}
+  explicit E4m3ToBF16(E4m3Order order)
+      : first_half(_mm512_load_si512(kE4m3Tables.interleave[static_cast<int>(order)][0])),
+        second_half(_mm512_load_si512(kE4m3Tables.interleave[static_cast<int>(order)][1])) {}
 
   MOE_X86_INLINE Halves operator()(__m512i bytes) const {
     const __m512i low = _mm512_permutex2var_epi8(low0, bytes, low1);
