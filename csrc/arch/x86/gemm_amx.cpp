@@ -49,6 +49,21 @@ struct alignas(64) TileConfig {
   }
 };
 
+// Starts the block of rows of a from row i (of m): the tiles configured for
+// its row count (`configured`, the count they have, is kept across calls)
+// and the sums in tiles 0, 1 zeroed. Returns the row count.
+MOE_X86_INLINE int begin_row_block(int64_t m, int64_t i, int& configured) {
+  const int rows = static_cast<int>(m - i < kTileRows ? m - i : kTileRows);
+  if (rows != configured) {
+    const TileConfig config(rows);
+    _tile_loadconfig(&config);
+    configured = rows;
+  }
+  _tile_zero(0);
+  _tile_zero(1);
+  return rows;
+}
+
 // The 16 x 16 matrix of 32-bit words in r, transposed.
 MOE_X86_INLINE void transpose16x16(__m512i (&r)[16]) {
   __m512i t[16];
@@ -119,14 +134,7 @@ void tile_loop(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t 
     const uint8_t* panel1;
     panels(j, nb, &panel0, &panel1);
     for (int64_t i = 0; i < m; i += kTileRows) {
-      const int rows = static_cast<int>(m - i < kTileRows ? m - i : kTileRows);
-      if (rows != configured) {
-        const TileConfig config(rows);
-        _tile_loadconfig(&config);
-        configured = rows;
-      }
-      _tile_zero(0);
-      _tile_zero(1);
+      const int rows = begin_row_block(m, i, configured);
       for (int64_t p = 0; p < k_bytes; p += kTileBytes) {
         if (i == 0 && p + kAhead < k_bytes) {
           for (int g = 0; g < kTileRows; ++g) {
@@ -328,14 +336,7 @@ void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t l
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t p0 = blk * block_k, p1 = k - p0 < block_k ? k : p0 + block_k;
       for (int64_t i = 0; i < m; i += kTileRows) {
-        const int rows = static_cast<int>(m - i < kTileRows ? m - i : kTileRows);
-        if (rows != configured) {
-          const TileConfig config(rows);
-          _tile_loadconfig(&config);
-          configured = rows;
-        }
-        _tile_zero(0);
-        _tile_zero(1);
+        const int rows = begin_row_block(m, i, configured);
         for (int64_t p = p0; p < p1; p += kTileValues) {
           _tile_loadd(2, a + i * lda + p, 2 * lda);
           _tile_loadd(3, panel0 + p / kTileValues * kTileSize, kTileBytes);
