@@ -418,6 +418,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   // values, and each adds its experts in one fixed order, whatever the threads.
   auto acc = aligned_buffer<float>(M * K);
   const ExpertGemm gemm2(kernels, p, p.w2, p.compute);
+  const std::array<float, kHiddenBlock> no_bias{};  // stands in for a missing bias
   at::parallel_for(0, (K + kHiddenBlock - 1) / kHiddenBlock, 1, [&](int64_t begin, int64_t end) {
     Scratch scratch = gemm2.scratch();
     for (int64_t block = begin; block < end; ++block) {
@@ -426,7 +427,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
       for (int64_t e = 0; e < p.experts; ++e) {
         const int64_t rows = routing.expert_begin[e + 1] - routing.expert_begin[e];
         if (rows == 0) continue;
-        const float* bias = p.w2.bias ? p.w2.bias + e * K : nullptr;
+        const float* bias = p.w2.bias ? p.w2.bias + e * K + k0 : no_bias.data();
         const WeightTile w = gemm2.tile(e, k0, k1, rows, inter.ld, scratch, 0);
         for (int64_t s0 = routing.expert_begin[e]; s0 < routing.expert_begin[e + 1]; s0 += kTokenChunk) {
           const int64_t m = std::min(kTokenChunk, routing.expert_begin[e + 1] - s0);
@@ -435,7 +436,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
           for (int64_t i = 0; i < m; ++i) {
             const float weight = routing.weight[s0 + i];
             float* dst = acc.get() + routing.token[s0 + i] * K + k0;
-            for (int64_t j = 0; j < width; ++j) dst[j] += weight * (c[i * width + j] + (bias ? bias[k0 + j] : 0.f));
+            for (int64_t j = 0; j < width; ++j) dst[j] += weight * (c[i * width + j] + bias[j]);
           }
         }
       }
