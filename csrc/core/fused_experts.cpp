@@ -174,7 +174,7 @@ struct WeightTile {
   const float* channel_scale;  // INT8
   bool fp8 = false;            // raw fp8 values for gemm_bf16_fp8, with these scales
   Fp8Scales fp8_scales{};
-  bool tiles = false;          // bf16 or int8 values in the tile layout
+  bool tiles = false;          // bf16 or int8 values in the tile layout, fp8 in the line layout
 };
 
 // Multiplies activation rows by tiles of expert weights: c[i * tile.rows + j], fp32.
@@ -196,8 +196,9 @@ class ExpertGemm {
                  row_sums ? row_sums + r0 : nullptr,
                  w_.channel_scale ? w_.channel_scale + expert * w_.rows + r0 : nullptr};
     t.tiles = w_.tiles;
+    // fp8 in the line layout goes to gemm_bf16_fp8_tiles whatever m: it has no rows to widen.
     if (w_.dtype == at::kFloat8_e4m3fn && compute_ == ComputeType::kBF16 && kernels_.gemm_bf16_fp8 &&
-        m <= kernels_.gemm_bf16_fp8_rows) {
+        (w_.tiles || m <= kernels_.gemm_bf16_fp8_rows)) {
       // The logical width: block scales end there, padding or not.
       t.k = w_.cols;
       t.fp8 = true;
@@ -231,8 +232,8 @@ class ExpertGemm {
         break;
       case ComputeType::kBF16:
         if (w.fp8) {
-          kernels_.gemm_bf16_fp8(m, w.rows, w.k, a.bf16.get() + row * a.ld, a.ld, w.values, w.ld, w.fp8_scales, c,
-                                 w.rows);
+          (w.tiles ? kernels_.gemm_bf16_fp8_tiles : kernels_.gemm_bf16_fp8)(
+              m, w.rows, w.k, a.bf16.get() + row * a.ld, a.ld, w.values, w.ld, w.fp8_scales, c, w.rows);
           break;
         }
         (w.tiles ? kernels_.gemm_bf16_tiles : kernels_.gemm_bf16)(
@@ -267,6 +268,7 @@ class ExpertGemm {
   void widen_rows(const uint8_t* base, int64_t ld, int64_t expert, int64_t r0, int64_t r1, int64_t ld_out,
                   T* out, Fp8Row fp8_row, Convert convert) const {
     const int64_t cols = w_.cols;
+    std::vector<uint8_t> tiled_row(w_.tiles ? cols : 0);
     for (int64_t r = r0; r < r1; ++r) {
       T* dst = out + (r - r0) * ld_out;
       if (w_.dtype == at::kHalf) {
@@ -274,7 +276,13 @@ class ExpertGemm {
         for (int64_t c = 0; c < cols; ++c) dst[c] = convert(static_cast<float>(src[c]));
       } else {
         const float* scales = w_.block_scale + (expert * w_.scale_rows + r / p_.block_n) * w_.scale_cols;
-        fp8_row(cols, base + r * ld, scales, p_.block_k, dst);
+        const uint8_t* row = base + r * ld;
+        if (w_.tiles) {  // fp8 for fp32 compute: gather the row out of its 16-row block first
+          const uint8_t* block = base + r / 16 * 16 * ld;
+          for (int64_t c = 0; c < cols; ++c) tiled_row[c] = block[fp8_line_byte(r % 16, c)];
+          row = tiled_row.data();
+        }
+        fp8_row(cols, row, scales, p_.block_k, dst);
       }
       std::fill(dst + cols, dst + ld_out, T{0});
     }

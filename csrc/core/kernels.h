@@ -101,12 +101,25 @@ struct KernelSet {
   // a stream. b points at a block, n is a multiple of 16 and k == ldb.
   GemmBF16Fn gemm_bf16_tiles = nullptr;
   GemmS8Fn gemm_s8_tiles = nullptr;
+  // fp8 b in the line layout instead (fp8_line_byte below), for any number of
+  // rows of a; k is the logical width (block scales end there), ldb the padded
+  // one. A level with it is given fp8 weights in that layout.
+  GemmBF16Fp8Fn gemm_bf16_fp8_tiles = nullptr;
   SiluAndMulFn silu_and_mul = silu_and_mul_generic;
   SwigluFn swiglu = swiglu_generic;
   QuantizeRowFn quantize_row_s8 = quantize_row_s8_generic;
 
-  bool reads_tiles() const { return gemm_bf16_tiles != nullptr && gemm_s8_tiles != nullptr; }
+  bool reads_tiles() const {
+    return gemm_bf16_tiles != nullptr && gemm_s8_tiles != nullptr && gemm_bf16_fp8_tiles != nullptr;
+  }
 };
+
+// The fp8 line layout (KernelSet::gemm_bf16_fp8_tiles): each 16-row block of
+// b is a stream of 64-byte lines, line q holding values [4 q, 4 q + 4) of K
+// of each of the 16 rows (row r in bytes [4 r, 4 r + 4)). One pass front to
+// back reads a whole block, and a line widens into two rows of a bf16 tile.
+// Value p of row r of a block sits at byte:
+inline constexpr int64_t fp8_line_byte(int64_t r, int64_t p) { return p / 4 * 64 + 4 * r + p % 4; }
 
 // The portable path: plain C++, built on every architecture.
 const KernelSet& kernels_generic();

@@ -30,9 +30,18 @@ const char* arch_name(uint32_t arch) {
   return "unknown";
 }
 
-// Where the tile layout applies (see packing.h).
+// Where the tile layout (fp8: the line layout) applies (see packing.h).
 bool tiles_apply(int64_t rows, at::ScalarType dtype) {
-  return (dtype == at::kBFloat16 || dtype == at::kChar) && rows % 32 == 0;
+  return (dtype == at::kBFloat16 || dtype == at::kChar || dtype == at::kFloat8_e4m3fn) && rows % 32 == 0;
+}
+
+// fp8 rows into the line layout (fp8_line_byte), blocks of 16 rows row_bytes a
+// row as in store_tiles.
+void store_fp8_lines(const uint8_t* src, int64_t rows, int64_t cols, int64_t row_bytes, uint8_t* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* block = dst + (r / 16) * 16 * row_bytes;
+    for (int64_t p = 0; p < cols; ++p) block[fp8_line_byte(r % 16, p)] = src[r * cols + p];
+  }
 }
 
 // Rows [16 b, 16 b + 16) of src (cols values of elem bytes a row) into block
@@ -110,7 +119,11 @@ at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackA
       std::memcpy(block, &header, sizeof(header));
       const uint8_t* expert_src = src + e * rows * cols * elem;
       if (layout == PackLayout::kTiles16) {
-        store_tiles(expert_src, rows, cols, elem, header.ld * elem, block + kPackedHeaderBytes);
+        if (dtype == at::kFloat8_e4m3fn) {
+          store_fp8_lines(expert_src, rows, cols, header.ld, block + kPackedHeaderBytes);
+        } else {
+          store_tiles(expert_src, rows, cols, elem, header.ld * elem, block + kPackedHeaderBytes);
+        }
       } else {
         for (int64_t r = 0; r < rows; ++r) {
           std::memcpy(block + kPackedHeaderBytes + r * header.ld * elem, expert_src + r * cols * elem,

@@ -8,9 +8,10 @@
 // to kPackAlign bytes (kernels run tail-free on them); for int8, the int32 row
 // sums that x86's unsigned*signed VNNI path needs. A level with tile GEMMs
 // (KernelSet::gemm_bf16_tiles) gets its bf16 and int8 values in their tile
-// layout instead, once, where the row count is a multiple of 32 (so the driver's
-// row blocks, and the up half of w1, start on 16-row blocks); the header says
-// which, and a level that cannot read it refuses the tensor.
+// layout instead, and fp8 in the line layout (kernels.h), once, where the row
+// count is a multiple of 32 (so the driver's row blocks, and the up half of
+// w1, start on 16-row blocks); the header says which, and a level that cannot
+// read it refuses the tensor.
 #pragma once
 
 #include <ATen/core/Tensor.h>

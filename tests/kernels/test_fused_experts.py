@@ -247,7 +247,8 @@ else:
 def test_weights_packed_under_one_level_run_or_are_refused_under_another(method: int, tmp_path) -> None:
     """Weights packed under the best level give the reference's answer under every
     level, or are refused by name - never misread. The amx level packs bf16 and int8
-    weights in its tile layout, which levels that read rows must refuse."""
+    weights in its tile layout and fp8 in its line layout, which levels that read rows
+    must refuse."""
     import subprocess
     import sys
 
@@ -260,7 +261,7 @@ def test_weights_packed_under_one_level_run_or_are_refused_under_another(method:
 
     levels = moe_kernels.supported_isas()
     run(_PACK_UNDER_BEST_LEVEL, levels[-1])
-    tiles = levels[-1] == "amx" and method != METHODS["fp8"]
+    tiles = levels[-1] == "amx"
     for level in levels:
         outcome = run(_USE_UNDER_LEVEL, level)
         if tiles and level != "amx":
