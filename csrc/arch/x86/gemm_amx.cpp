@@ -387,17 +387,17 @@ void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t l
                 [&](int64_t j, int rows, uint8_t* panel) { widen_panel(b, ldb, j, rows, k, panel); });
 }
 
+// How far ahead fp8_line_rows prefetches its one stream, into L2: the
+// hardware prefetcher alone leaves decode ~15% slower (measured at 1 thread;
+// 2 KiB into L1 did no better).
+constexpr int64_t kLinesAhead = 4096;
+
 // fp8 in the line layout below kMinRows rows of a, where tiles would idle:
 // AVX-512 dot products on it, each line (4 values of K of 16 columns) widened
 // into its two pairs, each against that pair of a row of a, broadcast. Lanes
 // are columns, so block scales apply lane-wise; two lines a step feed four
 // accumulators a row, independent chains. A block of K must split into lines
 // (block_k % 4 == 0); k may end inside one (the padding is zeros, as is a's).
-// How far ahead fp8_line_rows prefetches its one stream, into L2: the
-// hardware prefetcher alone leaves decode ~15% slower (measured at 1 thread;
-// 2 KiB into L1 did no better).
-constexpr int64_t kLinesAhead = 4096;
-
 template <int M>
 void fp8_line_rows(int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b, int64_t ldb,
                    const Fp8Scales& sc, float* c, int64_t ldc) {
