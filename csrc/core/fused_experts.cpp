@@ -278,8 +278,7 @@ class ExpertGemm {
         const float* scales = w_.block_scale + (expert * w_.scale_rows + r / p_.block_n) * w_.scale_cols;
         const uint8_t* row = base + r * ld;
         if (w_.tiles) {  // fp8 for fp32 compute: gather the row out of its 16-row block first
-          const uint8_t* block = base + r / 16 * 16 * ld;
-          for (int64_t c = 0; c < cols; ++c) tiled_row[c] = block[fp8_line_byte(r % 16, c)];
+          fp8_line_row(base + r / 16 * 16 * ld, r % 16, cols, tiled_row.data());
           row = tiled_row.data();
         }
         fp8_row(cols, row, scales, p_.block_k, dst);

@@ -118,8 +118,19 @@ struct KernelSet {
 // b is a stream of 64-byte lines, line q holding values [4 q, 4 q + 4) of K
 // of each of the 16 rows (row r in bytes [4 r, 4 r + 4)). One pass front to
 // back reads a whole block, and a line widens into two rows of a bf16 tile.
+// Internal linkage: this header is compiled under every level's ISA flags,
+// and no level's copy of a function may serve another.
+namespace {
+
 // Value p of row r of a block sits at byte:
-inline constexpr int64_t fp8_line_byte(int64_t r, int64_t p) { return p / 4 * 64 + 4 * r + p % 4; }
+constexpr int64_t fp8_line_byte(int64_t r, int64_t p) { return p / 4 * 64 + 4 * r + p % 4; }
+
+// Row r of a 16-row block in the line layout, its first cols values, into dst.
+inline void fp8_line_row(const uint8_t* block, int64_t r, int64_t cols, uint8_t* dst) {
+  for (int64_t p = 0; p < cols; ++p) dst[p] = block[fp8_line_byte(r, p)];
+}
+
+}  // namespace
 
 // The portable path: plain C++, built on every architecture.
 const KernelSet& kernels_generic();

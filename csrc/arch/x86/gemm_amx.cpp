@@ -463,9 +463,7 @@ void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
   uint8_t* rows = panel_buffer(kTileRows * ldb);
   for (int64_t j = 0; j < n; j += kTileRows) {
     const uint8_t* block = b + j * ldb;
-    for (int r = 0; r < kTileRows; ++r) {
-      for (int64_t p = 0; p < ldb; ++p) rows[r * ldb + p] = block[fp8_line_byte(r, p)];
-    }
+    for (int r = 0; r < kTileRows; ++r) fp8_line_row(block, r, ldb, rows + r * ldb);
     Fp8Scales block_scales = scales;
     block_scales.row0 += j;
     kernels_avx512_bf16().gemm_bf16_fp8(m, kTileRows, k, a, lda, rows, ldb, block_scales, c + j, ldc);
