@@ -116,14 +116,18 @@ struct KernelSet {
 
 // The fp8 line layout (KernelSet::gemm_bf16_fp8_tiles): each 16-row block of
 // b is a stream of 64-byte lines, line q holding values [4 q, 4 q + 4) of K
-// of each of the 16 rows (row r in bytes [4 r, 4 r + 4)). One pass front to
-// back reads a whole block, and a line widens into two rows of a bf16 tile.
+// of each of the 16 rows. One pass front to back reads a whole block, and a
+// line widens into two rows of a bf16 tile. Each 16 bytes hold 4 rows, their
+// first pairs of values in the low 8 bytes and their second pairs in the high
+// 8, so the byte interleave that widens them stays within 128-bit lanes.
 // Internal linkage: this header is compiled under every level's ISA flags,
 // and no level's copy of a function may serve another.
 namespace {
 
 // Value p of row r of a block sits at byte:
-constexpr int64_t fp8_line_byte(int64_t r, int64_t p) { return p / 4 * 64 + 4 * r + p % 4; }
+constexpr int64_t fp8_line_byte(int64_t r, int64_t p) {
+  return p / 4 * 64 + r / 4 * 16 + p % 4 / 2 * 8 + r % 4 * 2 + p % 2;
+}
 
 // Row r of a 16-row block in the line layout, its first cols values, into dst.
 inline void fp8_line_row(const uint8_t* block, int64_t r, int64_t cols, uint8_t* dst) {

@@ -274,10 +274,10 @@ constexpr int64_t kTileSize = kTileRows * kTileBytes;
 // of values [p, p + 32) is the 1 KiB from panel + 32 p on, its row g holding
 // the bf16 pair g of each row of b; contiguous, its rows do not share L1 sets
 // as rows 2 k bytes apart would. The transpose runs on the fp8 bytes, 4 values
-// of K a word, before widening (E4m3Order::kTilePairs): half the shuffles of
+// of K a word, before widening (E4m3ToBF16::groups): half the shuffles of
 // transposing bf16 pairs, and one widening per 64 values.
 void widen_panel(const uint8_t* b, int64_t ldb, int64_t j, int rows, int64_t k, uint8_t* panel) {
-  const x86::E4m3ToBF16 e4m3_to_bf16(x86::E4m3Order::kTilePairs);
+  const x86::E4m3ToBF16 e4m3_to_bf16;
   const uint8_t* src[kTileRows];
   for (int i = 0; i < kTileRows; ++i) src[i] = b + (j + (i < rows ? i : rows - 1)) * ldb;
   for (int64_t p = 0; p < k; p += kTileBytes) {
@@ -290,7 +290,7 @@ void widen_panel(const uint8_t* b, int64_t ldb, int64_t j, int rows, int64_t k, 
     }
     transpose16x16(r);  // r[g]: values [p + 4 g, + 4) of each row
     for (int g = 0; 4 * g < k - p && g < kTileRows; ++g) {
-      const auto pairs = e4m3_to_bf16(r[g]);
+      const auto pairs = e4m3_to_bf16.groups(r[g]);
       const int64_t pair = p / 2 + 2 * g;  // the first pair of K values of r[g]
       uint8_t* row = panel + pair / kTileRows * kTileSize + pair % kTileRows * kTileBytes;
       _mm512_store_si512(row, reinterpret_cast<__m512i>(pairs.first));
@@ -304,12 +304,12 @@ void widen_panel(const uint8_t* b, int64_t ldb, int64_t j, int rows, int64_t k, 
 // padding is zeros): line q widens into rows 2 q, 2 q + 1 of the panel's
 // tiles, which follow one another, so the block streams through in order.
 void widen_fp8_lines(const uint8_t* b, int64_t ldb, int64_t j, int64_t k, uint8_t* panel) {
-  const x86::E4m3ToBF16 e4m3_to_bf16(x86::E4m3Order::kTilePairs);
+  const x86::E4m3ToBF16 e4m3_to_bf16;
   const uint8_t* block = b + j * ldb;
   const int64_t lines = (k + kTileValues - 1) / kTileValues * kTileValues / 4;
   for (int64_t q = 0; q < lines; ++q) {
     _mm_prefetch(reinterpret_cast<const char*>(block + 64 * q + kFp8Ahead), _MM_HINT_T0);
-    const auto pairs = e4m3_to_bf16(_mm512_load_si512(block + 64 * q));
+    const auto pairs = e4m3_to_bf16.in_lanes(_mm512_load_si512(block + 64 * q));
     _mm512_store_si512(panel + 2 * kTileBytes * q, reinterpret_cast<__m512i>(pairs.first));
     _mm512_store_si512(panel + 2 * kTileBytes * q + kTileBytes, reinterpret_cast<__m512i>(pairs.second));
   }
@@ -401,7 +401,7 @@ constexpr int64_t kLinesAhead = 4096;
 template <int M>
 void fp8_line_rows(int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b, int64_t ldb,
                    const Fp8Scales& sc, float* c, int64_t ldc) {
-  const x86::E4m3ToBF16 e4m3_to_bf16(x86::E4m3Order::kTilePairs);
+  const x86::E4m3ToBF16 e4m3_to_bf16;
   auto pair = [&](int r, int64_t p) {
     int32_t bits;
     std::memcpy(&bits, a + r * lda + p, sizeof(bits));
@@ -426,9 +426,10 @@ void fp8_line_rows(int64_t n, int64_t k, const uint16_t* a, int64_t lda, const u
         const uint8_t* line = block + 16 * p;  // line p / 4
         _mm_prefetch(reinterpret_cast<const char*>(line + kLinesAhead), _MM_HINT_T1);
         _mm_prefetch(reinterpret_cast<const char*>(line + kLinesAhead + 64), _MM_HINT_T1);
-        const auto first = e4m3_to_bf16(_mm512_load_si512(line));
+        const auto first = e4m3_to_bf16.in_lanes(_mm512_load_si512(line));
         // The second line may lie past the block of K: zero weights then.
-        const auto second = e4m3_to_bf16(p + 4 < p1 ? _mm512_load_si512(line + 64) : _mm512_setzero_si512());
+        const auto second =
+            e4m3_to_bf16.in_lanes(p + 4 < p1 ? _mm512_load_si512(line + 64) : _mm512_setzero_si512());
         for (int r = 0; r < M; ++r) {
           acc[r][0] = _mm512_dpbf16_ps(acc[r][0], pair(r, p), first.first);
           acc[r][1] = _mm512_dpbf16_ps(acc[r][1], pair(r, p + 2), first.second);

@@ -362,24 +362,15 @@ constexpr uint16_t e4m3_magnitude_bf16(int m) {
   return static_cast<uint16_t>((exponent + 127) << 7 | mantissa << 4);
 }
 
-// The order E4m3ToBF16 puts 64 values in. kRows: as they came. kTilePairs:
-// the bytes are 16 rows x 4 values of K (a 4-byte group of each row), and
-// the first half holds each row's first pair of K values, the second half
-// its second pair - two rows of a bf16 tile.
-enum class E4m3Order { kRows = 0, kTilePairs = 1 };
-
-// The byte E4m3Order puts in place w (of 32) of a half.
-constexpr int e4m3_source(E4m3Order order, int half, int w) {
-  return order == E4m3Order::kRows ? 32 * half + w : 4 * (w / 2) + 2 * half + w % 2;
-}
-
-// Byte tables for E4m3ToBF16's permutes: the low and the high bytes of
-// e4m3_magnitude_bf16 over all 128 magnitudes, and per order the two
-// interleaves that put each value's low byte next to its high byte.
+// Byte tables for E4m3ToBF16: the low and the high bytes of
+// e4m3_magnitude_bf16 over all 128 magnitudes; the interleave that puts each
+// value's low byte next to its high byte, per half of 64 values; and the
+// in-lane shuffle from 4-byte groups of 4 rows to the line layout's order.
 struct E4m3Tables {
   alignas(64) uint8_t low[128];
   alignas(64) uint8_t high[128];
-  alignas(64) uint8_t interleave[2][2][64];  // [order][half]
+  alignas(64) uint8_t interleave[2][64];  // [half]
+  alignas(64) uint8_t groups_to_lines[64];
 };
 
 constexpr E4m3Tables make_e4m3_tables() {
@@ -388,12 +379,16 @@ constexpr E4m3Tables make_e4m3_tables() {
     t.low[m] = static_cast<uint8_t>(e4m3_magnitude_bf16(m) & 0xff);
     t.high[m] = static_cast<uint8_t>(e4m3_magnitude_bf16(m) >> 8);
   }
-  for (int order = 0; order < 2; ++order) {
-    for (int half = 0; half < 2; ++half) {
-      for (int w = 0; w < 32; ++w) {
-        const int source = e4m3_source(static_cast<E4m3Order>(order), half, w);
-        t.interleave[order][half][2 * w] = static_cast<uint8_t>(source);
-        t.interleave[order][half][2 * w + 1] = static_cast<uint8_t>(64 + source);
+  for (int half = 0; half < 2; ++half) {
+    for (int w = 0; w < 32; ++w) {
+      t.interleave[half][2 * w] = static_cast<uint8_t>(32 * half + w);
+      t.interleave[half][2 * w + 1] = static_cast<uint8_t>(64 + 32 * half + w);
+    }
+  }
+  for (int lane = 0; lane < 4; ++lane) {
+    for (int r = 0; r < 4; ++r) {
+      for (int p = 0; p < 4; ++p) {
+        t.groups_to_lines[16 * lane + fp8_line_byte(r, p)] = static_cast<uint8_t>(4 * r + p);
       }
     }
   }
@@ -402,12 +397,9 @@ constexpr E4m3Tables make_e4m3_tables() {
 
 constexpr E4m3Tables kE4m3Tables = make_e4m3_tables();
 
-// 64 e4m3 bytes widened exactly to bf16, in the E4m3Order (kRows: values
-// [0, 32) in `first`, [32, 64) in `second`). Two 128-entry byte lookups (vpermi2b, which ignores
-// the sign bit), the sign OR-ed into the high bytes, two byte interleaves:
-// five ops for 64 values where moving the bits took seven for 32, which made
-// fp8 decode compute-bound. NaN needs no special case; a caller that uses only
-// `first` pays for one interleave.
+// 64 e4m3 bytes widened exactly to bf16. Two 128-entry byte lookups
+// (vpermi2b, which ignores the sign bit), the sign OR-ed into the high bytes,
+// then a byte interleave per half; NaN needs no special case.
 struct E4m3ToBF16 {
   struct Halves {
     __m512bh first, second;
@@ -417,20 +409,41 @@ struct E4m3ToBF16 {
   __m512i low1 = _mm512_load_si512(kE4m3Tables.low + 64);
   __m512i high0 = _mm512_load_si512(kE4m3Tables.high);
   __m512i high1 = _mm512_load_si512(kE4m3Tables.high + 64);
-  __m512i first_half, second_half;
+  __m512i first_half = _mm512_load_si512(kE4m3Tables.interleave[0]);
+  __m512i second_half = _mm512_load_si512(kE4m3Tables.interleave[1]);
+  __m512i groups_to_lines = _mm512_load_si512(kE4m3Tables.groups_to_lines);
 
-  E4m3ToBF16() : E4m3ToBF16(E4m3Order::kRows) {}
-  explicit E4m3ToBF16(E4m3Order order)
-      : first_half(_mm512_load_si512(kE4m3Tables.interleave[static_cast<int>(order)][0])),
-        second_half(_mm512_load_si512(kE4m3Tables.interleave[static_cast<int>(order)][1])) {}
-
+  // Values [0, 32) in `first`, [32, 64) in `second`; a caller that uses only
+  // `first` pays for one interleave.
   MOE_X86_INLINE Halves operator()(__m512i bytes) const {
-    const __m512i low = _mm512_permutex2var_epi8(low0, bytes, low1);
-    // high | (bytes & sign bit)
-    const __m512i high = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(high0, bytes, high1), bytes,
-                                                   _mm512_set1_epi8(static_cast<char>(0x80)), 0xf8);
+    const __m512i low = low_bytes(bytes), high = high_bytes(bytes);
     return {reinterpret_cast<__m512bh>(_mm512_permutex2var_epi8(low, first_half, high)),
             reinterpret_cast<__m512bh>(_mm512_permutex2var_epi8(low, second_half, high))};
+  }
+
+  // 64 bytes in the fp8 line layout's order (fp8_line_byte): the low 8 bytes
+  // of each 128-bit lane widen into `first`, the high 8 into `second`, in
+  // place. Interleaving within lanes takes one uop where vpermt2b takes three
+  // (two on port 5, which the lookups also need).
+  MOE_X86_INLINE Halves in_lanes(__m512i bytes) const {
+    const __m512i low = low_bytes(bytes), high = high_bytes(bytes);
+    return {reinterpret_cast<__m512bh>(_mm512_unpacklo_epi8(low, high)),
+            reinterpret_cast<__m512bh>(_mm512_unpackhi_epi8(low, high))};
+  }
+
+  // 16 rows' 4-byte groups (row r in bytes [4 r, 4 r + 4)) into two rows of a
+  // bf16 tile: each row's first pair of values in `first`, its second pair in
+  // `second`. One in-lane shuffle into the line layout's order, then in_lanes.
+  MOE_X86_INLINE Halves groups(__m512i bytes) const {
+    return in_lanes(_mm512_shuffle_epi8(bytes, groups_to_lines));
+  }
+
+  MOE_X86_INLINE __m512i low_bytes(__m512i bytes) const { return _mm512_permutex2var_epi8(low0, bytes, low1); }
+
+  // The looked-up high byte | (bytes & sign bit).
+  MOE_X86_INLINE __m512i high_bytes(__m512i bytes) const {
+    return _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(high0, bytes, high1), bytes,
+                                     _mm512_set1_epi8(static_cast<char>(0x80)), 0xf8);
   }
 
   // 32 bytes (the first `lanes` of them; the rest read as zero).
