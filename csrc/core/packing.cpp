@@ -168,7 +168,8 @@ PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch a
   TORCH_CHECK(layout == PackLayout::kRows || (layout == PackLayout::kTiles16 && tiles_apply(header.rows, dtype)),
               "fused_experts_cpu: ", name, " has a corrupt packed header (layout)");
   TORCH_CHECK(layout == PackLayout::kRows || tiles, "fused_experts_cpu: ", name,
-              " was packed in the tile layout of the amx level, which this kernel level does not "
+              " was packed in the ", dtype == at::kFloat8_e4m3fn ? "line" : "tile",
+              " layout of the amx level, which this kernel level does not "
               "read; repack it with convert_weight_packed under the level that uses it "
               "(MOE_KERNELS_ISA)");
   const PackedHeader expected = make_header(header.rows, header.cols, dtype, arch, layout);
