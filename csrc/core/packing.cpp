@@ -15,7 +15,9 @@ namespace moe_kernels {
 namespace {
 
 constexpr char kMagic[8] = {'M', 'O', 'E', 'K', 'P', 'A', 'C', 'K'};
-constexpr uint32_t kVersion = 1;
+// What a layout's bytes mean. Bump it with any change to that (2: the fp8
+// line layout's order within 16 bytes), so older packs are refused, not misread.
+constexpr uint32_t kVersion = 2;
 
 int64_t round_up(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -154,9 +156,11 @@ PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch a
   const auto* base = packed.data_ptr<uint8_t>();
   PackedHeader header;
   std::memcpy(&header, base, sizeof(header));
-  TORCH_CHECK(std::memcmp(header.magic, kMagic, sizeof(kMagic)) == 0 && header.version == kVersion,
-              "fused_experts_cpu: ", name,
+  TORCH_CHECK(std::memcmp(header.magic, kMagic, sizeof(kMagic)) == 0, "fused_experts_cpu: ", name,
               " with is_vnni=True did not come from convert_weight_packed (no packed header)");
+  TORCH_CHECK(header.version == kVersion, "fused_experts_cpu: ", name, " was packed in format version ",
+              header.version, ", which this build does not read (it reads version ", kVersion,
+              "); repack it with this build's convert_weight_packed");
   TORCH_CHECK(header.arch == static_cast<uint32_t>(arch), "fused_experts_cpu: ", name,
               " was packed on ", arch_name(header.arch), "; repack it on this machine (",
               arch_name(static_cast<uint32_t>(arch)), ") with convert_weight_packed");

@@ -30,6 +30,14 @@ def _packed(method: int) -> Mutation:
     }
 
 
+def _with_format_version(packed: torch.Tensor, version: int) -> torch.Tensor:
+    """A copy of packed weights whose every header claims another format version
+    (the uint32 after the 8-byte magic)."""
+    copy = packed.clone()
+    copy[:, 8:12] = torch.tensor([version], dtype=torch.int32).view(torch.uint8)
+    return copy
+
+
 def _bad(id: str, names: str, mutation: Mutation, method: int = UNQUANT) -> Any:
     """A case: ``mutation`` of a valid problem's arguments must raise an error whose
     message names one of ``names`` (alternatives separated by |)."""
@@ -81,6 +89,9 @@ BAD_INPUTS = [
         "is_vnni": True,
     }),
     _bad("packed-without-is_vnni", "w1|is_vnni", _packed(UNQUANT)),
+    _bad("packed-in-another-format-version", "w1", lambda a: {
+        name: _with_format_version(packed, 1) for name, packed in _packed(FP8)(a).items()
+    } | {"is_vnni": True}, FP8),
     _bad("packed-w2-other-shape", "w2|w1", lambda a: {
         "w2": moe_kernels.convert_weight_packed(a["w2"][:, 1:].contiguous(), UNQUANT),
         "w1": _packed(UNQUANT)(a)["w1"],
