@@ -13,6 +13,7 @@
 #endif
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -33,7 +34,8 @@ constexpr int64_t kTileBytes = 64;  // of K per tile row: 32 bf16 or 64 int8 val
 // this many bytes of K ahead (the later blocks find them in cache).
 constexpr int64_t kAhead = 2 * kTileBytes;
 
-// Tiles: 0, 1 accumulate c (two 16-column blocks); 2 holds a; 3, 4 the panels.
+// Tiles: 0, 1 accumulate c (two 16-column blocks) for a block of rows of a
+// held in 2; 3, 4 the panels; 5 a second block of rows of a, 6, 7 its sums.
 struct alignas(64) TileConfig {
   uint8_t palette = 1;
   uint8_t start_row = 0;
@@ -41,26 +43,37 @@ struct alignas(64) TileConfig {
   uint16_t colsb[16] = {};
   uint8_t rows[16] = {};
 
-  explicit TileConfig(int a_rows) {
-    for (int t = 0; t < 5; ++t) {
-      colsb[t] = 64;
-      rows[t] = static_cast<uint8_t>(t <= 2 ? a_rows : kTileBytes / 4);
+  TileConfig(int first_rows, int second_rows) {
+    for (int t = 0; t < 8; ++t) {
+      const int count = t <= 2 ? first_rows : t <= 4 ? kTileBytes / 4 : second_rows;
+      rows[t] = static_cast<uint8_t>(count);
+      colsb[t] = count ? 64 : 0;  // an unused tile has neither
     }
   }
 };
 
-// Starts the block of rows of a from row i (of m): the tiles configured for
-// its row count (`configured`, the count they have, is kept across calls)
-// and the sums in tiles 0, 1 zeroed. Returns the row count.
-MOE_X86_INLINE int begin_row_block(int64_t m, int64_t i, int& configured) {
-  const int rows = static_cast<int>(m - i < kTileRows ? m - i : kTileRows);
-  if (rows != configured) {
-    const TileConfig config(rows);
+struct RowBlocks {
+  int first, second;  // rows of a in tiles 2 and 5 (0: no second block)
+};
+
+// Starts the blocks of rows of a from row i (of m): up to 16 rows, and if
+// `pair`, up to 16 more. The tiles are configured for their row counts
+// (`configured` keeps what they have across calls) and their sums zeroed.
+MOE_X86_INLINE RowBlocks begin_row_blocks(int64_t m, int64_t i, bool pair, int& configured) {
+  auto count = [m](int64_t from) { return static_cast<int>(std::clamp<int64_t>(m - from, 0, kTileRows)); };
+  const RowBlocks rows{count(i), pair ? count(i + kTileRows) : 0};
+  const int key = rows.first * (kTileRows + 1) + rows.second + 1;
+  if (key != configured) {
+    const TileConfig config(rows.first, rows.second);
     _tile_loadconfig(&config);
-    configured = rows;
+    configured = key;
   }
   _tile_zero(0);
   _tile_zero(1);
+  if (rows.second) {
+    _tile_zero(6);
+    _tile_zero(7);
+  }
   return rows;
 }
 
@@ -118,11 +131,13 @@ uint8_t* panel_buffer(int64_t bytes) {
   return buffer.get();
 }
 
-// The loop nest of both tile GEMMs, on bytes: blocks of 16 rows of a (tile
-// 2) meet 32 rows of b (panels in tiles 3, 4) over all of K, into tiles 0, 1.
-// panels(j, nb) gives the two panels of rows [j, j + nb) of b, 16 * k_bytes
-// each. Each 16 x 32 block of results is handed to finish(i, j, rows, nb,
-// block), block being 32 values a row.
+// The loop nest of both tile GEMMs, on bytes: two blocks of 16 rows of a
+// (tiles 2, 5) meet 32 rows of b (panels in tiles 3, 4) over all of K, into
+// tiles 0, 1 and 6, 7; each load of the panels serves both blocks (with one
+// block at a time, the second pass re-read 64 KiB of panels per 32 rows of b,
+// more than L1 holds). panels(j, nb) gives the two panels of rows
+// [j, j + nb) of b, 16 * k_bytes each. Each 16 x 32 block of results is
+// handed to finish(i, j, rows, nb, block), block being 32 values a row.
 template <class Panels, class Dot, class Finish>
 void tile_loop(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t lda, Panels panels, Dot dot,
                Finish finish) {
@@ -133,8 +148,10 @@ void tile_loop(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t 
     const uint8_t* panel0;
     const uint8_t* panel1;
     panels(j, nb, &panel0, &panel1);
-    for (int64_t i = 0; i < m; i += kTileRows) {
-      const int rows = begin_row_block(m, i, configured);
+    for (int64_t i = 0; i < m; i += 2 * kTileRows) {
+      const RowBlocks rows = begin_row_blocks(m, i, true, configured);
+      const uint8_t* a0 = a + i * lda;
+      const uint8_t* a1 = a0 + kTileRows * lda;
       for (int64_t p = 0; p < k_bytes; p += kTileBytes) {
         if (i == 0 && p + kAhead < k_bytes) {
           for (int g = 0; g < kTileRows; ++g) {
@@ -143,17 +160,27 @@ void tile_loop(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t 
             if (nb > kTileRows) _mm_prefetch(reinterpret_cast<const char*>(panel1 + at), _MM_HINT_T0);
           }
         }
-        _tile_loadd(2, a + i * lda + p, lda);
+        _tile_loadd(2, a0 + p, lda);
         _tile_loadd(3, panel0 + p, k_bytes);
         dot.first();
         if (nb > kTileRows) {
           _tile_loadd(4, panel1 + p, k_bytes);
           dot.second();
         }
+        if (rows.second) {
+          _tile_loadd(5, a1 + p, lda);
+          dot.third();
+          if (nb > kTileRows) dot.fourth();
+        }
       }
       _tile_stored(0, block, 2 * kTileRows * sizeof(int32_t));
       _tile_stored(1, block + kTileRows, 2 * kTileRows * sizeof(int32_t));
-      finish(i, j, rows, static_cast<int>(nb), block);
+      finish(i, j, rows.first, static_cast<int>(nb), block);
+      if (rows.second) {
+        _tile_stored(6, block, 2 * kTileRows * sizeof(int32_t));
+        _tile_stored(7, block + kTileRows, 2 * kTileRows * sizeof(int32_t));
+        finish(i + kTileRows, j, rows.second, static_cast<int>(nb), block);
+      }
     }
   }
   _tile_release();
@@ -192,15 +219,21 @@ void tile_gemm_packed(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, i
       dot, finish);
 }
 
-// The tile intrinsics take register numbers as literals.
+// The tile intrinsics take register numbers as literals: first and second
+// are tile_loop's first block of rows against panels 0 and 1, third and
+// fourth its second block.
 struct DotBF16 {
   MOE_X86_INLINE void first() const { _tile_dpbf16ps(0, 2, 3); }
   MOE_X86_INLINE void second() const { _tile_dpbf16ps(1, 2, 4); }
+  MOE_X86_INLINE void third() const { _tile_dpbf16ps(6, 5, 3); }
+  MOE_X86_INLINE void fourth() const { _tile_dpbf16ps(7, 5, 4); }
 };
 
 struct DotS8 {
   MOE_X86_INLINE void first() const { _tile_dpbssd(0, 2, 3); }
   MOE_X86_INLINE void second() const { _tile_dpbssd(1, 2, 4); }
+  MOE_X86_INLINE void third() const { _tile_dpbssd(6, 5, 3); }
+  MOE_X86_INLINE void fourth() const { _tile_dpbssd(7, 5, 4); }
 };
 
 // c gets the first nb fp32 values of each of rows rows of block.
@@ -349,7 +382,7 @@ void fp8_tile_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t l
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t p0 = blk * block_k, p1 = k - p0 < block_k ? k : p0 + block_k;
       for (int64_t i = 0; i < m; i += kTileRows) {
-        const int rows = begin_row_block(m, i, configured);
+        const int rows = begin_row_blocks(m, i, false, configured).first;
         for (int64_t p = p0; p < p1; p += kTileValues) {
           _tile_loadd(2, a + i * lda + p, 2 * lda);
           _tile_loadd(3, panel0 + p / kTileValues * kTileSize, kTileBytes);
