@@ -441,9 +441,8 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
           float* c = scratch.out0.get();
           gemm2.run(inter, s0, m, w, c);
           for (int64_t i = 0; i < m; ++i) {
-            const float weight = routing.weight[s0 + i];
-            float* dst = acc.get() + routing.token[s0 + i] * K + k0;
-            for (int64_t j = 0; j < width; ++j) dst[j] += weight * (c[i * width + j] + bias[j]);
+            kernels.add_weighted(width, routing.weight[s0 + i], c + i * width, bias,
+                                 acc.get() + routing.token[s0 + i] * K + k0);
           }
         }
       }

@@ -67,6 +67,7 @@ using SiluAndMulFn = void (*)(int64_t n, const float* gate, const float* up, con
                               const float* up_bias, float* out);
 using SwigluFn = void (*)(int64_t n, const float* h, const float* bias, float alpha, float limit, float* out);
 using QuantizeRowFn = void (*)(int64_t n, const float* x, int8_t* q, float* scale);
+using AddWeightedFn = void (*)(int64_t n, float weight, const float* c, const float* bias, float* dst);
 
 // The portable fp8 conversions: what a level without its own uses.
 void fp8_to_bf16_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
@@ -79,6 +80,7 @@ void silu_and_mul_generic(int64_t n, const float* gate, const float* up, const f
                           const float* up_bias, float* out);
 void swiglu_generic(int64_t n, const float* h, const float* bias, float alpha, float limit, float* out);
 void quantize_row_s8_generic(int64_t n, const float* x, int8_t* q, float* scale);
+void add_weighted_generic(int64_t n, float weight, const float* c, const float* bias, float* dst);
 
 struct KernelSet {
   const char* isa;  // the name MOE_KERNELS_ISA and moe_kernels.isa() use
@@ -108,6 +110,7 @@ struct KernelSet {
   SiluAndMulFn silu_and_mul = silu_and_mul_generic;
   SwigluFn swiglu = swiglu_generic;
   QuantizeRowFn quantize_row_s8 = quantize_row_s8_generic;
+  AddWeightedFn add_weighted = add_weighted_generic;
 
   bool reads_tiles() const {
     return gemm_bf16_tiles != nullptr && gemm_s8_tiles != nullptr && gemm_bf16_fp8_tiles != nullptr;

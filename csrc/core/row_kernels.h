@@ -1,5 +1,6 @@
-// The driver's per-row loops - the phase-2 activations and the int8
-// quantization of activation rows - written once in portable C++.
+// The driver's per-row loops - the phase-2 activations, the int8
+// quantization of activation rows and phase 3's weighted sums - written once
+// in portable C++.
 //
 // The generic level builds them for the architecture's baseline (SSE2, NEON),
 // and KernelSet defaults to that build; a level with wider vectors (AVX2,
@@ -93,11 +94,17 @@ void quantize_row_s8(int64_t n, const float* x, int8_t* q, float* scale) {
   *scale = s;
 }
 
+// dst[j] += weight * (c[j] + bias[j]): an expert's output row into its token's sum.
+void add_weighted(int64_t n, float weight, const float* c, const float* bias, float* dst) {
+  for (int64_t j = 0; j < n; ++j) dst[j] += weight * (c[j] + bias[j]);
+}
+
 // `set` with this translation unit's row loops: how a level exports them.
 constexpr KernelSet compiled_here(KernelSet set) {
   set.silu_and_mul = silu_and_mul;
   set.swiglu = swiglu;
   set.quantize_row_s8 = quantize_row_s8;
+  set.add_weighted = add_weighted;
   return set;
 }
 

@@ -103,6 +103,10 @@ void quantize_row_s8_generic(int64_t n, const float* x, int8_t* q, float* scale)
   row_kernels::quantize_row_s8(n, x, q, scale);
 }
 
+void add_weighted_generic(int64_t n, float weight, const float* c, const float* bias, float* dst) {
+  row_kernels::add_weighted(n, weight, c, bias, dst);
+}
+
 const KernelSet& kernels_generic() {
   static const KernelSet kernels{"generic", gemm_f32, gemm_bf16, gemm_s8};
   return kernels;
