@@ -56,12 +56,12 @@ struct RowBlocks {
   int first, second;  // rows of a in tiles 2 and 5 (0: no second block)
 };
 
-// Starts the blocks of rows of a from row i (of m): up to 16 rows, and if
-// `pair`, up to 16 more. The tiles are configured for their row counts
+// Starts the two blocks of rows of a from row i (of m): up to 16 rows each
+// (the second may have none). The tiles are configured for their row counts
 // (`configured` keeps what they have across calls) and their sums zeroed.
-MOE_X86_INLINE RowBlocks begin_row_blocks(int64_t m, int64_t i, bool pair, int& configured) {
+MOE_X86_INLINE RowBlocks begin_row_blocks(int64_t m, int64_t i, int& configured) {
   auto count = [m](int64_t from) { return static_cast<int>(std::clamp<int64_t>(m - from, 0, kTileRows)); };
-  const RowBlocks rows{count(i), pair ? count(i + kTileRows) : 0};
+  const RowBlocks rows{count(i), count(i + kTileRows)};
   const int key = rows.first * (kTileRows + 1) + rows.second + 1;
   if (key != configured) {
     const TileConfig config(rows.first, rows.second);
@@ -119,9 +119,12 @@ struct AlignedFree {
   void operator()(void* p) const { std::free(p); }
 };
 
-// This thread's scratch for panels, at least `bytes` of it, kept for its
+enum class Scratch { kPanels, kRowsOfA };
+
+// This thread's scratch of one kind, at least `bytes` of it, kept for its
 // next call.
-uint8_t* panel_buffer(int64_t bytes) {
+template <Scratch kind>
+uint8_t* scratch_buffer(int64_t bytes) {
   thread_local int64_t capacity = 0;
   thread_local std::unique_ptr<uint8_t[], AlignedFree> buffer;
   if (capacity < bytes) {
@@ -149,7 +152,7 @@ void tile_loop(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t 
     const uint8_t* panel1;
     panels(j, nb, &panel0, &panel1);
     for (int64_t i = 0; i < m; i += 2 * kTileRows) {
-      const RowBlocks rows = begin_row_blocks(m, i, true, configured);
+      const RowBlocks rows = begin_row_blocks(m, i, configured);
       const uint8_t* a0 = a + i * lda;
       const uint8_t* a1 = a0 + kTileRows * lda;
       for (int64_t p = 0; p < k_bytes; p += kTileBytes) {
@@ -193,7 +196,7 @@ template <class Pack, class Dot, class Finish>
 void tile_gemm(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t lda, Pack pack, Dot dot,
                Finish finish) {
   const int64_t panel_bytes = k_bytes * kTileRows;
-  uint8_t* panel0 = panel_buffer(2 * panel_bytes);
+  uint8_t* panel0 = scratch_buffer<Scratch::kPanels>(2 * panel_bytes);
   uint8_t* panel1 = panel0 + panel_bytes;
   tile_loop(
       m, n, k_bytes, a, lda,
@@ -348,6 +351,40 @@ void widen_fp8_lines(const uint8_t* b, int64_t ldb, int64_t j, int64_t k, uint8_
   }
 }
 
+// Rows of a, 16 at a time, for tile loads that take 16 whenever m > 16: the
+// tiles then keep one configuration, where a last block of fewer rows made
+// fp8_tile_gemm reload it twice per block of K (~8% of its time at 32-48 rows
+// an expert). That block is copied once per call into scratch, zero rows
+// after m (their sums are never stored). row_bytes: what a tile load reads of
+// a row; lda: bytes from row to row.
+class RowsOfA {
+ public:
+  RowsOfA(const uint8_t* a, int64_t lda, int64_t m, int64_t row_bytes)
+      : a_(a), lda_(lda), whole_(m <= kTileRows ? m : m / kTileRows * kTileRows) {
+    if (whole_ == m) return;
+    tail_ = scratch_buffer<Scratch::kRowsOfA>(kTileRows * lda);
+    for (int64_t r = 0; r < kTileRows; ++r) {
+      if (whole_ + r < m) {
+        std::memcpy(tail_ + r * lda, a + (whole_ + r) * lda, row_bytes);
+      } else {
+        std::memset(tail_ + r * lda, 0, row_bytes);
+      }
+    }
+  }
+
+  // Rows per tile load: m up to 16, else 16.
+  int tile_rows() const { return whole_ < kTileRows ? static_cast<int>(whole_) : kTileRows; }
+
+  // Rows [i, i + 16), i a multiple of 16 below m.
+  const uint8_t* block(int64_t i) const { return i < whole_ ? a_ + i * lda_ : tail_; }
+
+ private:
+  const uint8_t* a_;
+  int64_t lda_;
+  int64_t whole_;  // rows read in place
+  uint8_t* tail_ = nullptr;
+};
+
 // Each 32 columns of b are widened into two panels once per call by
 // widen(j, rows, panel) (rows [j, j + rows) of b, rows <= 16, the rest zero,
 // all tiles that k reaches), then every 16 rows of a meet them in tiles 0, 1
@@ -363,12 +400,15 @@ void fp8_tile_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t l
   const int64_t block_k = scales.block_k;
   const int64_t blocks = (k + block_k - 1) / block_k;
   const int64_t panel_bytes = (k + kTileValues - 1) / kTileValues * kTileSize;
-  uint8_t* panel0 = panel_buffer(2 * panel_bytes + (blocks + m) * kCols * static_cast<int64_t>(sizeof(float)));
+  uint8_t* panel0 = scratch_buffer<Scratch::kPanels>(2 * panel_bytes + (blocks + m) * kCols * static_cast<int64_t>(sizeof(float)));
   uint8_t* panel1 = panel0 + panel_bytes;
   float* col_scale = reinterpret_cast<float*>(panel1 + panel_bytes);  // [blocks][kCols]
   float* total = col_scale + blocks * kCols;                           // [m][kCols]
   alignas(64) float dots[kTileRows][kCols];
-  int configured = 0;
+  const RowsOfA rows_of_a(reinterpret_cast<const uint8_t*>(a), 2 * lda, m,
+                          (k + kTileValues - 1) / kTileValues * kTileBytes);
+  const TileConfig config(rows_of_a.tile_rows(), 0);
+  _tile_loadconfig(&config);
   for (int64_t j = 0; j < n; j += kCols) {
     const int nb = static_cast<int>(n - j < kCols ? n - j : kCols);
     for (int q = 0; q < kCols; ++q) {
@@ -382,9 +422,12 @@ void fp8_tile_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t l
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t p0 = blk * block_k, p1 = k - p0 < block_k ? k : p0 + block_k;
       for (int64_t i = 0; i < m; i += kTileRows) {
-        const int rows = begin_row_blocks(m, i, false, configured).first;
+        const int rows = static_cast<int>(m - i < kTileRows ? m - i : kTileRows);
+        const uint8_t* a_rows = rows_of_a.block(i);
+        _tile_zero(0);
+        _tile_zero(1);
         for (int64_t p = p0; p < p1; p += kTileValues) {
-          _tile_loadd(2, a + i * lda + p, 2 * lda);
+          _tile_loadd(2, a_rows + 2 * p, 2 * lda);
           _tile_loadd(3, panel0 + p / kTileValues * kTileSize, kTileBytes);
           _tile_dpbf16ps(0, 2, 3);
           if (nb > kTileRows) {
@@ -494,7 +537,7 @@ void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
                   [&](int64_t j, int, uint8_t* panel) { widen_fp8_lines(b, ldb, j, k, panel); });
     return;
   }
-  uint8_t* rows = panel_buffer(kTileRows * ldb);
+  uint8_t* rows = scratch_buffer<Scratch::kPanels>(kTileRows * ldb);
   for (int64_t j = 0; j < n; j += kTileRows) {
     const uint8_t* block = b + j * ldb;
     for (int r = 0; r < kTileRows; ++r) fp8_line_row(block, r, ldb, rows + r * ldb);
