@@ -26,7 +26,7 @@ const KernelSet* select_kernels() {
   if (forced == nullptr || *forced == '\0') {
     const KernelSet* best = nullptr;
     for (const IsaLevel& level : ladder) {
-      if (level.supported) best = level.kernels;
+      if (level.supported) best = &level.kernels();
     }
     return best;
   }
@@ -34,7 +34,7 @@ const KernelSet* select_kernels() {
     if (std::string(level.name) != forced) continue;
     TORCH_CHECK(level.supported, "MOE_KERNELS_ISA=", forced,
                 " is not supported by this CPU; it supports: ", level_names(ladder, true));
-    return level.kernels;
+    return &level.kernels();
   }
   TORCH_CHECK(false, "MOE_KERNELS_ISA=", forced,
               " names no kernel path of this architecture; choose one of: ",

@@ -10,7 +10,9 @@ namespace moe_kernels {
 struct IsaLevel {
   const char* name;
   bool supported;  // this CPU can run it
-  const KernelSet* kernels;
+  // Called only for a supported level: a level's code, its initializers
+  // included, is compiled with its ISA flags and may fault on an older CPU.
+  const KernelSet& (*kernels)();
 };
 
 // The architecture's levels, lowest first, "generic" first. Defined once per

@@ -61,10 +61,10 @@ ArmFeatures detect() {
 std::vector<IsaLevel> isa_ladder() {
   static const ArmFeatures f = detect();
   const bool dotprod = f.asimd && f.asimddp;
-  return {{kernels_generic().isa, true, &kernels_generic()},
-          {kernels_neon().isa, f.asimd, &kernels_neon()},
-          {kernels_dotprod().isa, dotprod, &kernels_dotprod()},
-          {kernels_i8mm().isa, dotprod && f.i8mm && f.bf16, &kernels_i8mm()}};
+  return {{"generic", true, &kernels_generic},
+          {"neon", f.asimd, &kernels_neon},
+          {"dotprod", dotprod, &kernels_dotprod},
+          {"i8mm", dotprod && f.i8mm && f.bf16, &kernels_i8mm}};
 }
 
 }  // namespace moe_kernels

@@ -2,5 +2,5 @@
 #include "core/dispatch.h"
 
 std::vector<moe_kernels::IsaLevel> moe_kernels::isa_ladder() {
-  return {{"generic", true, &kernels_generic()}};
+  return {{"generic", true, &kernels_generic}};
 }

@@ -90,11 +90,11 @@ Features detect() {
 
 std::vector<IsaLevel> isa_ladder() {
   static const Features f = detect();
-  return {{"generic", true, &kernels_generic()},
-          {"avx2", f.avx2, &kernels_avx2()},
-          {"avx512", f.avx512, &kernels_avx512()},
-          {"avx512_bf16", f.avx512_bf16, &kernels_avx512_bf16()},
-          {"amx", f.amx, &kernels_amx()}};
+  return {{"generic", true, &kernels_generic},
+          {"avx2", f.avx2, &kernels_avx2},
+          {"avx512", f.avx512, &kernels_avx512},
+          {"avx512_bf16", f.avx512_bf16, &kernels_avx512_bf16},
+          {"amx", f.amx, &kernels_amx}};
 }
 
 }  // namespace moe_kernels
