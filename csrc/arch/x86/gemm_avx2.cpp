@@ -261,12 +261,124 @@ void fp8_to_bf16(int64_t cols, const uint8_t* src, const float* scale, int64_t b
   fp8_row(cols, src, scale, block_k, dst);
 }
 
+// The fused fp8 GEMM's tiles, for few rows of a: b widened in registers
+// (e4m3 to fp16 bits to fp32), never stored. Each block of K accumulates on
+// its own and is added into the totals times its row's scale, 2 x MR x NR
+// registers. A step is 16 values of K.
+struct Fp8Tiles {
+  static constexpr int kMR = 2;
+  static constexpr int kNR = 2;
+  static constexpr int kNR1 = 4;
+  static constexpr int64_t kKBlock = 0;
+  static constexpr int kStep = 16;
+  using T = uint8_t;
+
+  const uint16_t* a;
+  int64_t lda;
+  const uint8_t* b;
+  int64_t ldb;
+  const Fp8Scales& sc;
+  float* c;
+  int64_t ldc;
+
+  int64_t row_bytes() const { return ldb; }
+
+  // 16 bf16 values as fp32.
+  static MOE_X86_INLINE void load_a(const uint16_t* src, __m256 (&v)[2]) {
+    for (int h = 0; h < 2; ++h) {
+      const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 8 * h));
+      v[h] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
+    }
+  }
+
+  // 16 e4m3 values as fp32, times 2^-8 (x86::fp16_scale restores it).
+  static MOE_X86_INLINE void widen_b(const uint8_t* src, __m256 (&v)[2]) {
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    const __m256i h = x86::e4m3_to_fp16(_mm256_cvtepi8_epi16(bytes));
+    v[0] = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    v[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+  }
+
+  // acc += the products of values [p, p + 16) of K (zero past rem of them).
+  template <int MR, int NR, bool kTail>
+  MOE_X86_INLINE void step(const uint16_t* const (&pa)[MR], const uint8_t* const (&pb)[NR], int64_t p,
+                           int64_t ahead, int rem, __m256 (&acc)[MR][NR]) const {
+    __m256 va[MR][2];
+    for (int r = 0; r < MR; ++r) {
+      if constexpr (kTail) {
+        load_a(Padded<uint16_t, kStep>(pa[r] + p, rem).v, va[r]);
+      } else {
+        load_a(pa[r] + p, va[r]);
+      }
+    }
+    for (int q = 0; q < NR; ++q) {
+      // The weights stream from memory once: fetch the rows that come next.
+      if (p % 64 == 0) __builtin_prefetch(pb[q] + ahead + p, 0, 2);
+      __m256 vb[2];
+      if constexpr (kTail) {
+        widen_b(Padded<uint8_t, kStep>(pb[q] + p, rem).v, vb);
+      } else {
+        widen_b(pb[q] + p, vb);
+      }
+      for (int r = 0; r < MR; ++r) {
+        acc[r][q] = _mm256_fmadd_ps(va[r][0], vb[0], acc[r][q]);
+        acc[r][q] = _mm256_fmadd_ps(va[r][1], vb[1], acc[r][q]);
+      }
+    }
+  }
+
+  template <int MR, int NR>
+  MOE_X86_INLINE void tile(int64_t i, const x86::TileCols& cols, int64_t /*p0*/, int64_t k, bool /*first*/) {
+    const uint16_t* pa[MR];
+    const uint8_t* pb[NR];
+    const float* ps[NR];
+    for (int r = 0; r < MR; ++r) pa[r] = a + (i + r) * lda;
+    for (int q = 0; q < NR; ++q) {
+      const int64_t j = cols.j + (q < cols.nb ? q : cols.nb - 1) * cols.stride;
+      pb[q] = b + j * ldb;
+      ps[q] = sc.scale + (sc.row0 + j) / sc.block_n * sc.ld;
+    }
+    const int64_t ahead = cols.ahead * ldb;
+    __m256 total[MR][NR];
+    for (int r = 0; r < MR; ++r) {
+      for (int q = 0; q < NR; ++q) total[r][q] = _mm256_setzero_ps();
+    }
+    for (int64_t p0 = 0, block = 0; p0 < k; p0 += sc.block_k, ++block) {
+      const int64_t p1 = k - p0 < sc.block_k ? k : p0 + sc.block_k;
+      __m256 acc[MR][NR];
+      for (int r = 0; r < MR; ++r) {
+        for (int q = 0; q < NR; ++q) acc[r][q] = _mm256_setzero_ps();
+      }
+      int64_t p = p0;
+      for (; p + kStep <= p1; p += kStep) step<MR, NR, false>(pa, pb, p, ahead, 0, acc);
+      if (p < p1) step<MR, NR, true>(pa, pb, p, ahead, static_cast<int>(p1 - p), acc);
+      for (int q = 0; q < NR; ++q) {
+        const __m256 s = _mm256_set1_ps(x86::fp16_scale(ps[q][block]));
+        for (int r = 0; r < MR; ++r) total[r][q] = _mm256_fmadd_ps(acc[r][q], s, total[r][q]);
+      }
+    }
+    // store_sums reduces 4 vectors: pad with zeros.
+    for (int r = 0; r < MR; ++r) {
+      __m256 sums[4];
+      for (int q = 0; q < 4; ++q) sums[q] = q < NR ? total[r][q] : _mm256_setzero_ps();
+      x86::store_cols<NR>(c + (i + r) * ldc + cols.j, cols, false,
+                          [&](float* dst, bool) { store_sums<4>(sums, dst, cols.nb, false); });
+    }
+  }
+};
+
+void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b, int64_t ldb,
+                   const Fp8Scales& scales, float* c, int64_t ldc) {
+  Fp8Tiles t{a, lda, b, ldb, scales, c, ldc};
+  x86::gemm_tiled(t, m, n, k);
+}
+
 void fp8_to_f32(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, float* dst) {
   fp8_row(cols, src, scale, block_k, dst);
 }
 
 constexpr KernelSet kKernels =
-    row_kernels::compiled_here({"avx2", gemm_f32, gemm_bf16, gemm_s8, fp8_to_bf16, fp8_to_f32, nullptr});
+    row_kernels::compiled_here({"avx2", gemm_f32, gemm_bf16, gemm_s8, fp8_to_bf16, fp8_to_f32, gemm_bf16_fp8});
 
 }  // namespace
 
