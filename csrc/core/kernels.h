@@ -97,10 +97,10 @@ struct KernelSet {
   // The GEMMs above with b in the tile layout (null: the level reads rows only).
   // A level that has them is given bf16 and int8 weights in that layout by
   // convert_weight_packed wherever it applies (packing.h): each 16-row block of
-  // b, ldb values (L bytes) a row, holds in its bytes [g L + p, g L + p + 64)
-  // 4-byte group g of bytes [p, p + 64) of K of each of its 16 rows (p a
-  // multiple of 64): a tile with rows L apart, and L contiguous bytes per g for
-  // a stream. b points at a block, n is a multiple of 16 and k == ldb.
+  // b (ldb values a row) is a run of 64-byte lines, line q holding bytes
+  // [4 q, 4 q + 4) of K of each of its 16 rows in turn (tile_byte below): 16
+  // lines are an AMX tile, and AVX-512 streams a block as one run. b points
+  // at a block, n is a multiple of 16 and k == ldb.
   GemmBF16Fn gemm_bf16_tiles = nullptr;
   GemmS8Fn gemm_s8_tiles = nullptr;
   // fp8 b in the line layout instead (fp8_line_byte below), for any number of
@@ -127,7 +127,10 @@ struct KernelSet {
 // and no level's copy of a function may serve another.
 namespace {
 
-// Value p of row r of a block sits at byte:
+// Byte x of K of row r of a 16-row block in the tile layout sits at byte:
+constexpr int64_t tile_byte(int64_t r, int64_t x) { return x / 4 * 64 + r * 4 + x % 4; }
+
+// Value p of row r of a block in the fp8 line layout sits at byte:
 constexpr int64_t fp8_line_byte(int64_t r, int64_t p) {
   return p / 4 * 64 + r / 4 * 16 + p % 4 / 2 * 8 + r % 4 * 2 + p % 2;
 }

@@ -16,8 +16,9 @@ namespace {
 
 constexpr char kMagic[8] = {'M', 'O', 'E', 'K', 'P', 'A', 'C', 'K'};
 // What a layout's bytes mean. Bump it with any change to that (2: the fp8
-// line layout's order within 16 bytes), so older packs are refused, not misread.
-constexpr uint32_t kVersion = 2;
+// line layout's order within 16 bytes; 3: the tile layout's blocks as one
+// run of lines), so older packs are refused, not misread.
+constexpr uint32_t kVersion = 3;
 
 int64_t round_up(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -47,17 +48,15 @@ void store_fp8_lines(const uint8_t* src, int64_t rows, int64_t cols, int64_t row
 }
 
 // Rows [16 b, 16 b + 16) of src (cols values of elem bytes a row) into block
-// b of the tile layout, row_bytes (>= cols * elem, a multiple of 64) a row.
+// b of the tile layout (tile_byte), row_bytes (>= cols * elem) a row.
 void store_tiles(const uint8_t* src, int64_t rows, int64_t cols, int64_t elem, int64_t row_bytes,
                  uint8_t* dst) {
   const int64_t col_bytes = cols * elem;
   for (int64_t r = 0; r < rows; ++r) {
-    uint8_t* block = dst + (r / 16) * 16 * row_bytes + (r % 16) * 4;
+    uint8_t* block = dst + (r / 16) * 16 * row_bytes;
     const uint8_t* row = src + r * col_bytes;
-    for (int64_t p = 0; p < col_bytes; p += 4) {
-      // the tile of bytes [p / 64 * 64, + 64), its row (p % 64) / 4
-      std::memcpy(block + (p % 64) / 4 * row_bytes + p / 64 * 64, row + p,
-                  static_cast<size_t>(std::min<int64_t>(4, col_bytes - p)));
+    for (int64_t x = 0; x < col_bytes; x += 4) {
+      std::memcpy(block + tile_byte(r % 16, x), row + x, static_cast<size_t>(std::min<int64_t>(4, col_bytes - x)));
     }
   }
 }
@@ -173,7 +172,7 @@ PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch a
               "fused_experts_cpu: ", name, " has a corrupt packed header (layout)");
   TORCH_CHECK(layout == PackLayout::kRows || tiles, "fused_experts_cpu: ", name,
               " was packed in the ", dtype == at::kFloat8_e4m3fn ? "line" : "tile",
-              " layout of the amx level, which this kernel level does not "
+              " layout of the avx512_bf16 and amx levels, which this kernel level does not "
               "read; repack it with convert_weight_packed under the level that uses it "
               "(MOE_KERNELS_ISA)");
   const PackedHeader expected = make_header(header.rows, header.cols, dtype, arch, layout);

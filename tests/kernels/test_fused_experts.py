@@ -210,8 +210,8 @@ def test_parallel_matches_reference(method: int, threads: int) -> None:
 @EVERY_METHOD
 @pytest.mark.parametrize("tokens", [1, 3, 37])
 def test_packed_tile_layout(method: int, tokens: int) -> None:
-    """Row counts that are multiples of 32, which the amx level packs in its tile
-    layout (read in place by tiles, and by AVX-512 below 4 rows), with K padded
+    """Row counts that are multiples of 32, which the avx512_bf16 and amx levels
+    pack in their tile layout (read in place by AVX-512, and by AMX tiles from 4 rows), with K padded
     (200 -> 256) and both activations' row orders."""
     for activation in ("silu", "swiglu"):
         problem = make_moe_problem(tokens, 224, 48, 4, 2, torch.bfloat16, method, activation=activation,
@@ -246,9 +246,9 @@ else:
 @EVERY_METHOD
 def test_weights_packed_under_one_level_run_or_are_refused_under_another(method: int, tmp_path) -> None:
     """Weights packed under the best level give the reference's answer under every
-    level, or are refused by name - never misread. The amx level packs bf16 and int8
-    weights in its tile layout and fp8 in its line layout, which levels that read rows
-    must refuse."""
+    level, or are refused by name - never misread. The avx512_bf16 and amx levels
+    pack bf16 and int8 weights in their tile layout and fp8 in their line layout,
+    which levels that read rows must refuse."""
     import subprocess
     import sys
 
@@ -261,12 +261,12 @@ def test_weights_packed_under_one_level_run_or_are_refused_under_another(method:
 
     levels = moe_kernels.supported_isas()
     run(_PACK_UNDER_BEST_LEVEL, levels[-1])
-    tiles = levels[-1] == "amx"
+    tile_levels = ("avx512_bf16", "amx")
     for level in levels:
         outcome = run(_USE_UNDER_LEVEL, level)
-        if tiles and level != "amx":
+        if levels[-1] in tile_levels and level not in tile_levels:
             layout = "line" if method == MoeCompMethod.FP8_W8A16 else "tile"
-            assert f"was packed in the {layout} layout of the amx level" in outcome, (level, outcome)
+            assert f"was packed in the {layout} layout of the avx512_bf16 and amx levels" in outcome, (level, outcome)
         else:
             assert outcome == "same answer", (level, outcome)
 

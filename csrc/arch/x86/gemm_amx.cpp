@@ -107,15 +107,15 @@ MOE_X86_INLINE void transpose16x16(__m512i (&r)[16]) {
 }
 
 // Rows [0, rows) of b (rows <= 16, the rest zero), k_bytes of each, as a
-// panel in the tile layout (kernels.h): the tile of K bytes [p, p + 64) is 16
-// rows k_bytes apart from panel + p, its row g holding 4-byte group g of
-// those bytes (2 bf16 or 4 int8 values of K) of each of the 16 rows of b.
+// panel in the tile layout (kernels.h): the tile of K bytes [p, p + 64) is
+// the 1 KiB from panel + 16 p, its row g holding 4-byte group g of those
+// bytes (2 bf16 or 4 int8 values of K) of each of the 16 rows of b.
 void pack_panel(const uint8_t* b, int64_t ldb, int rows, int64_t k_bytes, uint8_t* panel) {
   for (int64_t p = 0; p < k_bytes; p += kTileBytes) {
     __m512i r[16];
     for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_si512(b + i * ldb + p) : _mm512_setzero_si512();
     transpose16x16(r);
-    for (int i = 0; i < 16; ++i) _mm512_store_si512(panel + i * k_bytes + p, r[i]);
+    for (int i = 0; i < 16; ++i) _mm512_store_si512(panel + kTileRows * p + i * kTileBytes, r[i]);
   }
 }
 
@@ -162,16 +162,16 @@ void tile_loop(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t 
       for (int64_t p = 0; p < k_bytes; p += kTileBytes) {
         if (i == 0 && p + kAhead < k_bytes) {
           for (int g = 0; g < kTileRows; ++g) {
-            const int64_t at = g * k_bytes + p + kAhead;
+            const int64_t at = kTileRows * (p + kAhead) + g * kTileBytes;
             _mm_prefetch(reinterpret_cast<const char*>(panel0 + at), _MM_HINT_T0);
             if (nb > kTileRows) _mm_prefetch(reinterpret_cast<const char*>(panel1 + at), _MM_HINT_T0);
           }
         }
         _tile_loadd(2, a0 + p, lda);
-        _tile_loadd(3, panel0 + p, k_bytes);
+        _tile_loadd(3, panel0 + kTileRows * p, kTileBytes);
         dot.first();
         if (nb > kTileRows) {
-          _tile_loadd(4, panel1 + p, k_bytes);
+          _tile_loadd(4, panel1 + kTileRows * p, kTileBytes);
           dot.second();
         }
         if (rows.second) {
@@ -339,22 +339,6 @@ void widen_panel(const uint8_t* b, int64_t ldb, int64_t j, int rows, int64_t k, 
   }
 }
 
-// Rows [j, j + 16) of fp8 b in the line layout (fp8_line_byte) into a panel
-// as widen_panel writes it, all the tiles that k reaches (the layout's
-// padding is zeros): line q widens into rows 2 q, 2 q + 1 of the panel's
-// tiles, which follow one another, so the block streams through in order.
-void widen_fp8_lines(const uint8_t* b, int64_t ldb, int64_t j, int64_t k, uint8_t* panel) {
-  const x86::E4m3ToBF16 e4m3_to_bf16;
-  const uint8_t* block = b + j * ldb;
-  const int64_t lines = (k + kTileValues - 1) / kTileValues * kTileValues / 4;
-  for (int64_t q = 0; q < lines; ++q) {
-    _mm_prefetch(reinterpret_cast<const char*>(block + 64 * q + kFp8Ahead), _MM_HINT_T0);
-    const auto pairs = e4m3_to_bf16.in_lanes(_mm512_load_si512(block + 64 * q));
-    _mm512_store_si512(panel + 2 * kTileBytes * q, reinterpret_cast<__m512i>(pairs.first));
-    _mm512_store_si512(panel + 2 * kTileBytes * q + kTileBytes, reinterpret_cast<__m512i>(pairs.second));
-  }
-}
-
 // Rows of a, 16 at a time, for tile loads that take 16 whenever m > 16: the
 // tiles then keep one configuration, where a last block of fewer rows made
 // fp8_tile_gemm reload it twice per block of K (qwen3 fp8 at M=512, 1 thread:
@@ -468,188 +452,26 @@ void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t l
                 [&](int64_t j, int rows, uint8_t* panel) { widen_panel(b, ldb, j, rows, k, panel); });
 }
 
-// How far ahead fp8_line_rows prefetches its one stream, into L1: the
-// hardware prefetcher alone leaves decode ~15% slower (measured at 1 thread),
-// and prefetching only into L2 ~2% slower; 2 KiB or 8 KiB ahead did no better.
-constexpr int64_t kLinesAhead = 4096;
-
-// fp8 in the line layout below kMinRows rows of a, where tiles would idle:
-// AVX-512 dot products on it, each line (4 values of K of 16 columns) widened
-// into its two pairs, each against that pair of a row of a, broadcast. Lanes
-// are columns, so block scales apply lane-wise; two lines a step feed four
-// accumulators a row, independent chains. A block of K must split into lines
-// (block_k % 4 == 0); k may end inside one (the padding is zeros, as is a's).
-template <int M>
-void fp8_line_rows(int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b, int64_t ldb,
-                   const Fp8Scales& sc, float* c, int64_t ldc) {
-  const x86::E4m3ToBF16 e4m3_to_bf16;
-  auto pair = [&](int r, int64_t p) {
-    int32_t bits;
-    std::memcpy(&bits, a + r * lda + p, sizeof(bits));
-    return reinterpret_cast<__m512bh>(_mm512_set1_epi32(bits));
-  };
-  for (int64_t j = 0; j < n; j += kTileRows) {
-    const uint8_t* block = b + j * ldb;
-    const float* column_scales[kTileRows];
-    for (int q = 0; q < kTileRows; ++q) column_scales[q] = sc.scale + (sc.row0 + j + q) / sc.block_n * sc.ld;
-    __m512 total[M];
-    for (int r = 0; r < M; ++r) total[r] = _mm512_setzero_ps();
-    for (int64_t p0 = 0, blk = 0; p0 < k; p0 += sc.block_k, ++blk) {
-      const int64_t p1 = k - p0 < sc.block_k ? k : p0 + sc.block_k;
-      alignas(64) float scale[kTileRows];
-      for (int q = 0; q < kTileRows; ++q) scale[q] = column_scales[q][blk];
-      __m512 acc[M][4];
-      for (int r = 0; r < M; ++r) {
-        for (int h = 0; h < 4; ++h) acc[r][h] = _mm512_setzero_ps();
-      }
-      int64_t p = p0;
-      for (; p < p1; p += 8) {
-        const uint8_t* line = block + 16 * p;  // line p / 4
-        _mm_prefetch(reinterpret_cast<const char*>(line + kLinesAhead), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(line + kLinesAhead + 64), _MM_HINT_T0);
-        const auto first = e4m3_to_bf16.in_lanes(_mm512_load_si512(line));
-        // The second line may lie past the block of K: zero weights then.
-        const auto second =
-            e4m3_to_bf16.in_lanes(p + 4 < p1 ? _mm512_load_si512(line + 64) : _mm512_setzero_si512());
-        for (int r = 0; r < M; ++r) {
-          acc[r][0] = _mm512_dpbf16_ps(acc[r][0], pair(r, p), first.first);
-          acc[r][1] = _mm512_dpbf16_ps(acc[r][1], pair(r, p + 2), first.second);
-          acc[r][2] = _mm512_dpbf16_ps(acc[r][2], pair(r, p + 4), second.first);
-          acc[r][3] = _mm512_dpbf16_ps(acc[r][3], pair(r, p + 6), second.second);
-        }
-      }
-      for (int r = 0; r < M; ++r) {
-        const __m512 sum = _mm512_add_ps(_mm512_add_ps(acc[r][0], acc[r][1]), _mm512_add_ps(acc[r][2], acc[r][3]));
-        total[r] = _mm512_fmadd_ps(sum, _mm512_load_ps(scale), total[r]);
-      }
-    }
-    for (int r = 0; r < M; ++r) _mm512_storeu_ps(c + r * ldc + j, total[r]);
-  }
-}
-
-// fp8 in the line layout, for any number of rows of a. Blocks of K that do
-// not split as the kernels above need go back to rows, 16 at a time, for
-// avx512_bf16's kernel.
+// fp8 in the line layout: from kMinRows rows of a, on tiles; below, or for
+// blocks of K that do not split into whole tile rows, avx512_bf16's kernel.
 void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
                          int64_t ldb, const Fp8Scales& scales, float* c, int64_t ldc) {
-  static_assert(kMinRows == 4, "one instance per row count below kMinRows");
-  if (m < kMinRows && scales.block_k % 4 == 0) {
-    (m == 1 ? fp8_line_rows<1> : m == 2 ? fp8_line_rows<2> : fp8_line_rows<3>)(n, k, a, lda, b, ldb, scales, c, ldc);
+  if (m < kMinRows || scales.block_k % kTileValues != 0) {
+    kernels_avx512_bf16().gemm_bf16_fp8_tiles(m, n, k, a, lda, b, ldb, scales, c, ldc);
     return;
   }
-  if (m >= kMinRows && scales.block_k % kTileValues == 0) {
-    fp8_tile_gemm(m, n, k, a, lda, scales, c, ldc,
-                  [&](int64_t j, int, uint8_t* panel) { widen_fp8_lines(b, ldb, j, k, panel); });
-    return;
-  }
-  uint8_t* rows = scratch_buffer<Scratch::kPanels>(kTileRows * ldb);
-  for (int64_t j = 0; j < n; j += kTileRows) {
-    const uint8_t* block = b + j * ldb;
-    for (int r = 0; r < kTileRows; ++r) fp8_line_row(block, r, ldb, rows + r * ldb);
-    Fp8Scales block_scales = scales;
-    block_scales.row0 += j;
-    kernels_avx512_bf16().gemm_bf16_fp8(m, kTileRows, k, a, lda, rows, ldb, block_scales, c + j, ldc);
-  }
+  const x86::E4m3ToBF16 e4m3_to_bf16;
+  fp8_tile_gemm(m, n, k, a, lda, scales, c, ldc, [&](int64_t j, int, uint8_t* panel) {
+    x86::widen_fp8_lines(e4m3_to_bf16, b + j * ldb, k, panel);
+  });
 }
 
-// Below kMinRows rows of a, tiles would idle: AVX-512 dot products read the
-// tile layout in place instead, one panel row (a 4-byte group of K of 16
-// columns) per instruction against that group of a row of a, broadcast - no
-// horizontal sums.
-MOE_X86_INLINE int32_t load_group(const uint8_t* p) {
-  int32_t group;
-  std::memcpy(&group, p, 4);
-  return group;
-}
-
-struct MaddBF16 {
-  using Acc = __m512;
-  static MOE_X86_INLINE Acc zero() { return _mm512_setzero_ps(); }
-  static MOE_X86_INLINE __m512i broadcast(const uint8_t* p) { return _mm512_set1_epi32(load_group(p)); }
-  static MOE_X86_INLINE Acc madd(Acc acc, __m512i a, __m512i b) {
-    return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
-  }
-  static MOE_X86_INLINE Acc add(Acc x, Acc y) { return _mm512_add_ps(x, y); }
-  static MOE_X86_INLINE void store(int32_t* dst, Acc acc, const int32_t*) {
-    _mm512_store_ps(reinterpret_cast<float*>(dst), acc);
-  }
-};
-
-// vpdpbusd multiplies unsigned by signed: a + 128, and 128 * the row sums of
-// b taken away at the end.
-struct MaddU8S8 {
-  using Acc = __m512i;
-  static MOE_X86_INLINE Acc zero() { return _mm512_setzero_si512(); }
-  static MOE_X86_INLINE __m512i broadcast(const uint8_t* p) {
-    return _mm512_set1_epi32(load_group(p) ^ static_cast<int32_t>(0x80808080u));
-  }
-  static MOE_X86_INLINE Acc madd(Acc acc, __m512i a, __m512i b) { return _mm512_dpbusd_epi32(acc, a, b); }
-  static MOE_X86_INLINE Acc add(Acc x, Acc y) { return _mm512_add_epi32(x, y); }
-  // b_sum: the 16 columns' row sums (read past nb: the packed sums are padded).
-  static MOE_X86_INLINE void store(int32_t* dst, Acc acc, const int32_t* b_sum) {
-    _mm512_store_si512(dst, _mm512_sub_epi32(acc, _mm512_slli_epi32(_mm512_loadu_si512(b_sum), 7)));
-  }
-};
-
-// Decode streams b from memory once, as the row kernels do: a 16-column block
-// is 16 runs of k_bytes (tile rows g, each with every tile's row g), read
-// kStreams side by side with their own accumulators and no horizontal sums.
-// Stream s reads runs s * kPasses + q in pass q, so that short runs (int8)
-// still give it whole pages, and prefetches the run it reads next (after the
-// last pass, in the next block, which the next call usually reads).
-constexpr int kStreams = 4;
-constexpr int kPasses = kTileRows / kStreams;
-
-// Rows [0, MR) of a times the tile-layout b, each block of 16 columns handed
-// to finish(0, j, MR, nb, block) as tile_loop does (b_sum: MaddU8S8's).
-template <class Op, int MR, class Finish>
-void stream_panels(int64_t n, int64_t k_bytes, const uint8_t* a, int64_t lda, const uint8_t* b,
-                   const int32_t* b_sum, Finish finish) {
-  static_assert(kPasses * kStreams == kTileRows, "streams split a block's runs evenly");
-  alignas(64) int32_t block[kTileRows * 2 * kTileRows];
-  for (int64_t j = 0; j < n; j += kTileRows) {
-    const uint8_t* bj = b + j * k_bytes;
-    typename Op::Acc acc[MR][kStreams];
-    for (int r = 0; r < MR; ++r) {
-      for (int s = 0; s < kStreams; ++s) acc[r][s] = Op::zero();
-    }
-    for (int q = 0; q < kPasses; ++q) {
-      const int64_t ahead = (q + 1 < kPasses ? 1 : kTileRows - q) * k_bytes;
-      for (int64_t p = 0; p < k_bytes; p += kTileBytes) {
-        for (int s = 0; s < kStreams; ++s) {
-          const int g = s * kPasses + q;
-          const uint8_t* pb = bj + g * k_bytes + p;
-          _mm_prefetch(reinterpret_cast<const char*>(pb + ahead), _MM_HINT_T0);
-          const __m512i vb = _mm512_load_si512(pb);
-          for (int r = 0; r < MR; ++r) acc[r][s] = Op::madd(acc[r][s], Op::broadcast(a + r * lda + p + 4 * g), vb);
-        }
-      }
-    }
-    for (int r = 0; r < MR; ++r) {
-      for (int s = 1; s < kStreams; ++s) acc[r][0] = Op::add(acc[r][0], acc[r][s]);
-      Op::store(block + r * 2 * kTileRows, acc[r][0], b_sum == nullptr ? nullptr : b_sum + j);
-    }
-    finish(0, j, MR, static_cast<int>(n - j < kTileRows ? n - j : kTileRows), block);
-  }
-}
-
-template <class Op, class Finish>
-void stream_panels(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t lda, const uint8_t* b,
-                   const int32_t* b_sum, Finish finish) {
-  static_assert(kMinRows == 4, "one instance per row count below kMinRows");
-  switch (m) {
-    case 1: stream_panels<Op, 1>(n, k_bytes, a, lda, b, b_sum, finish); break;
-    case 2: stream_panels<Op, 2>(n, k_bytes, a, lda, b, b_sum, finish); break;
-    default: stream_panels<Op, 3>(n, k_bytes, a, lda, b, b_sum, finish); break;
-  }
-}
-
-// Tile-layout weights: no rearranging per call.
+// Tile-layout weights: no rearranging per call; below kMinRows rows of a,
+// where tiles would idle, avx512_bf16's AVX-512 kernels read them in place.
 void gemm_bf16_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
-                     int64_t, float* c, int64_t ldc) {
+                     int64_t ldb, float* c, int64_t ldc) {
   if (m < kMinRows) {
-    stream_panels<MaddBF16>(m, n, 2 * k, reinterpret_cast<const uint8_t*>(a), 2 * lda,
-                            reinterpret_cast<const uint8_t*>(b), nullptr, StoreF32{c, ldc});
+    kernels_avx512_bf16().gemm_bf16_tiles(m, n, k, a, lda, b, ldb, c, ldc);
     return;
   }
   tile_gemm_packed(m, n, 2 * k, reinterpret_cast<const uint8_t*>(a), 2 * lda, reinterpret_cast<const uint8_t*>(b),
@@ -657,10 +479,9 @@ void gemm_bf16_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t
 }
 
 void gemm_s8_tiles(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
-                   const int8_t* b, int64_t, const float* b_scale, const int32_t* b_sum, float* c, int64_t ldc) {
-  if (m < kMinRows && b_sum != nullptr) {
-    stream_panels<MaddU8S8>(m, n, k, reinterpret_cast<const uint8_t*>(a), lda, reinterpret_cast<const uint8_t*>(b),
-                            b_sum, StoreScaledS32{a_scale, b_scale, c, ldc});
+                   const int8_t* b, int64_t ldb, const float* b_scale, const int32_t* b_sum, float* c, int64_t ldc) {
+  if (m < kMinRows) {
+    kernels_avx512_bf16().gemm_s8_tiles(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
     return;
   }
   tile_gemm_packed(m, n, k, reinterpret_cast<const uint8_t*>(a), lda, reinterpret_cast<const uint8_t*>(b),
@@ -668,7 +489,6 @@ void gemm_s8_tiles(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda
 }
 
 }  // namespace
-
 const KernelSet& kernels_amx() {
   static const KernelSet kernels = [] {
     KernelSet set = kernels_avx512_bf16();
