@@ -28,7 +28,10 @@ namespace moe_kernels {
 namespace {
 
 constexpr int64_t kTokenChunk = 128;  // rows of a per GEMM call: bounds the fp32 tile buffers
-constexpr int64_t kInterBlock = 32;   // activation columns per phase-2 work item
+// Activation columns per phase-2 work item: 64 rows of gate and of up, so
+// that a tile-layout GEMM streams 4 blocks of 16 side by side (measured alone
+// at 2 threads: ~32 GB/s against ~29 for 2 blocks).
+constexpr int64_t kInterBlock = 64;
 constexpr int64_t kHiddenBlock = 64;  // output columns per phase-3 work item
 
 int64_t round_up(int64_t value, int64_t multiple) {
