@@ -24,11 +24,11 @@ const KernelSet* select_kernels() {
   const std::vector<IsaLevel> ladder = isa_ladder();
   const char* forced = std::getenv("MOE_KERNELS_ISA");
   if (forced == nullptr || *forced == '\0') {
-    const KernelSet* best = nullptr;
+    const IsaLevel* best = nullptr;  // "generic" is always supported
     for (const IsaLevel& level : ladder) {
-      if (level.supported) best = &level.kernels();
+      if (level.supported) best = &level;
     }
-    return best;
+    return &best->kernels();
   }
   for (const IsaLevel& level : ladder) {
     if (std::string(level.name) != forced) continue;
