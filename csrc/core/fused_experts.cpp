@@ -32,7 +32,7 @@ constexpr int64_t kTokenChunk = 128;  // rows of a per GEMM call: bounds the fp3
 // that a tile-layout GEMM streams 4 blocks of 16 side by side (measured alone
 // at 2 threads: ~32 GB/s against ~29 for 2 blocks).
 constexpr int64_t kInterBlock = 64;
-constexpr int64_t kHiddenBlock = 64;  // output columns per phase-3 work item
+constexpr int64_t kHiddenBlock = 128;  // output columns per phase-3 work item
 
 int64_t round_up(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
