@@ -425,18 +425,22 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
 
   // Phase 3: W2, bias and routing weight, summed into each token's fp32 row.
   // A work item is one block of K for every expert: items never write the same
-  // values, and each adds its experts in one fixed order, whatever the threads.
+  // values, and each block adds its experts in one fixed order, whatever the
+  // threads.
   auto acc = aligned_buffer<float>(M * K);
   const ExpertGemm gemm2(kernels, p, p.w2, p.compute);
   const std::array<float, kHiddenBlock> no_bias{};  // stands in for a missing bias
   at::parallel_for(0, (K + kHiddenBlock - 1) / kHiddenBlock, 1, [&](int64_t begin, int64_t end) {
     Scratch scratch = gemm2.scratch();
-    for (int64_t block = begin; block < end; ++block) {
-      const int64_t k0 = block * kHiddenBlock, k1 = std::min(K, k0 + kHiddenBlock), width = k1 - k0;
-      for (int64_t m = 0; m < M; ++m) std::fill(acc.get() + m * K + k0, acc.get() + m * K + k1, 0.f);
-      for (int64_t e = 0; e < p.experts; ++e) {
-        const int64_t rows = routing.expert_begin[e + 1] - routing.expert_begin[e];
-        if (rows == 0) continue;
+    const int64_t first = begin * kHiddenBlock, last = std::min(K, end * kHiddenBlock);
+    for (int64_t m = 0; m < M; ++m) std::fill(acc.get() + m * K + first, acc.get() + m * K + last, 0.f);
+    // Experts outside, blocks inside: this thread's rows of an expert's W2
+    // stream as one run, and its intermediate rows stay in cache across them.
+    for (int64_t e = 0; e < p.experts; ++e) {
+      const int64_t rows = routing.expert_begin[e + 1] - routing.expert_begin[e];
+      if (rows == 0) continue;
+      for (int64_t block = begin; block < end; ++block) {
+        const int64_t k0 = block * kHiddenBlock, k1 = std::min(K, k0 + kHiddenBlock), width = k1 - k0;
         const float* bias = p.w2.bias ? p.w2.bias + e * K + k0 : no_bias.data();
         const WeightTile w = gemm2.tile(e, k0, k1, rows, inter.ld, scratch, 0);
         for (int64_t s0 = routing.expert_begin[e]; s0 < routing.expert_begin[e + 1]; s0 += kTokenChunk) {
