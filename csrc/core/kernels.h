@@ -75,6 +75,12 @@ void fp8_to_bf16_generic(int64_t cols, const uint8_t* src, const float* scale, i
 void fp8_to_f32_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
                         float* dst);
 
+// This thread's scratch for one use, at least `bytes` of it, 64-byte aligned
+// and kept for its next call; each use has its own buffer, so a kernel may
+// hold one while a kernel it calls takes another.
+enum class ScratchUse { kPanels, kRowsOfA, kFp8Block };
+uint8_t* thread_scratch(ScratchUse use, int64_t bytes);
+
 // The row loops built for the architecture's baseline.
 void silu_and_mul_generic(int64_t n, const float* gate, const float* up, const float* gate_bias,
                           const float* up_bias, float* out);

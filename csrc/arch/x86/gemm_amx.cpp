@@ -15,9 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <memory>
 
 #include "arch/x86/kernels_x86.h"
 #include "core/kernels.h"
@@ -119,25 +117,6 @@ void pack_panel(const uint8_t* b, int64_t ldb, int rows, int64_t k_bytes, uint8_
   }
 }
 
-struct AlignedFree {
-  void operator()(void* p) const { std::free(p); }
-};
-
-enum class Scratch { kPanels, kRowsOfA };
-
-// This thread's scratch of one kind, at least `bytes` of it, kept for its
-// next call.
-template <Scratch kind>
-uint8_t* scratch_buffer(int64_t bytes) {
-  thread_local int64_t capacity = 0;
-  thread_local std::unique_ptr<uint8_t[], AlignedFree> buffer;
-  if (capacity < bytes) {
-    buffer.reset(static_cast<uint8_t*>(std::aligned_alloc(64, bytes)));
-    capacity = bytes;
-  }
-  return buffer.get();
-}
-
 // The loop nest of both tile GEMMs, on bytes: two blocks of 16 rows of a
 // (tiles 2, 5) meet 32 rows of b (panels in tiles 3, 4) over all of K, into
 // tiles 0, 1 and 6, 7; each load of the panels serves both blocks (with one
@@ -200,7 +179,7 @@ template <class Pack, class Dot, class Finish>
 void tile_gemm(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t lda, Pack pack, Dot dot,
                Finish finish) {
   const int64_t panel_bytes = k_bytes * kTileRows;
-  uint8_t* panel0 = scratch_buffer<Scratch::kPanels>(2 * panel_bytes);
+  uint8_t* panel0 = thread_scratch(ScratchUse::kPanels, 2 * panel_bytes);
   uint8_t* panel1 = panel0 + panel_bytes;
   tile_loop(
       m, n, k_bytes, a, lda,
@@ -350,7 +329,7 @@ class RowsOfA {
   RowsOfA(const uint8_t* a, int64_t lda, int64_t m, int64_t row_bytes)
       : a_(a), lda_(lda), whole_(m <= kTileRows ? m : m / kTileRows * kTileRows) {
     if (whole_ == m) return;
-    tail_ = scratch_buffer<Scratch::kRowsOfA>(kTileRows * lda);
+    tail_ = thread_scratch(ScratchUse::kRowsOfA, kTileRows * lda);
     for (int64_t r = 0; r < kTileRows; ++r) {
       if (whole_ + r < m) {
         std::memcpy(tail_ + r * lda, a + (whole_ + r) * lda, row_bytes);
@@ -389,7 +368,7 @@ void fp8_tile_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t l
   const int64_t blocks = (k + block_k - 1) / block_k;
   const int64_t panel_bytes = (k + kTileValues - 1) / kTileValues * kTileSize;
   uint8_t* panel0 =
-      scratch_buffer<Scratch::kPanels>(2 * panel_bytes + (blocks + m) * kCols * static_cast<int64_t>(sizeof(float)));
+      thread_scratch(ScratchUse::kPanels, 2 * panel_bytes + (blocks + m) * kCols * static_cast<int64_t>(sizeof(float)));
   uint8_t* panel1 = panel0 + panel_bytes;
   float* col_scale = reinterpret_cast<float*>(panel1 + panel_bytes);  // [blocks][kCols]
   float* total = col_scale + blocks * kCols;                           // [m][kCols]

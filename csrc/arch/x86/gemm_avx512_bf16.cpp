@@ -11,7 +11,6 @@
 #include <immintrin.h>
 
 #include <cstdint>
-#include <cstdlib>
 
 #include "arch/x86/kernels_x86.h"
 #include "core/kernels.h"
@@ -388,22 +387,6 @@ MOE_X86_INLINE void fp8_block(int rows, const Lines& lines, int64_t k, int64_t b
   }
 }
 
-// This thread's buffer for one widened block, kept for its next call.
-uint8_t* widened_block_buffer(int64_t bytes) {
-  struct Buffer {
-    uint8_t* data = nullptr;
-    int64_t capacity = 0;
-    ~Buffer() { std::free(data); }
-  };
-  thread_local Buffer buffer;
-  if (buffer.capacity < bytes) {
-    std::free(buffer.data);
-    buffer.data = static_cast<uint8_t*>(std::aligned_alloc(64, static_cast<size_t>(bytes)));
-    buffer.capacity = bytes;
-  }
-  return buffer.data;
-}
-
 // fp8 in the line layout: up to 4 rows of a widen each line in registers;
 // more widen each block once and meet it 4 rows at a time. Blocks of K that
 // do not split into lines go back to rows, a block at a time, for gemm_bf16_fp8.
@@ -413,7 +396,7 @@ void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
   for (int64_t j = 0; j < n; j += kBlockCols) {
     const uint8_t* block = b + j * ldb;
     if (sc.block_k % 4 != 0) {
-      uint8_t* rows = widened_block_buffer(kBlockCols * ldb);
+      uint8_t* rows = thread_scratch(ScratchUse::kFp8Block, kBlockCols * ldb);
       for (int r = 0; r < kBlockCols; ++r) fp8_line_row(block, r, ldb, rows + r * ldb);
       Fp8Scales block_scales = sc;
       block_scales.row0 += j;
@@ -426,7 +409,7 @@ void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
       fp8_block(static_cast<int>(m), Fp8Lines{e4m3_to_bf16, block}, k, sc.block_k, column_scales, a, lda, c + j, ldc);
       continue;
     }
-    uint8_t* panel = widened_block_buffer(2 * kBlockCols * ldb);
+    uint8_t* panel = thread_scratch(ScratchUse::kFp8Block, 2 * kBlockCols * ldb);
     x86::widen_fp8_lines(e4m3_to_bf16, block, k, panel);
     for (int64_t i = 0; i < m; i += kFp8TileRows) {
       const int rows = static_cast<int>(m - i < kFp8TileRows ? m - i : kFp8TileRows);
