@@ -24,6 +24,8 @@
 #include <memory>
 #include <vector>
 
+#include "core/work_sharing.h"
+
 namespace moe_kernels {
 namespace {
 
@@ -386,23 +388,28 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   if (p.compute == ComputeType::kInt8) inter_f32.assign(slots * inter.ld, 0.f);
   const ExpertGemm gemm1(kernels, p, p.w1, p.compute);
   const auto items1 = work_items(routing, p.experts, N, kInterBlock);
-  at::parallel_for(0, static_cast<int64_t>(items1.size()), 1, [&](int64_t begin, int64_t end) {
+  // One run of items per thread, shared once a thread's own are done.
+  const int64_t runs = std::min<int64_t>(at::get_num_threads(), static_cast<int64_t>(items1.size()));
+  SharedItems shared1(static_cast<int64_t>(items1.size()), runs);
+  at::parallel_for(0, runs, 1, [&](int64_t begin, int64_t end) {
     Scratch scratch = gemm1.scratch();
     std::vector<float> row(kInterBlock);
-    for (int64_t item = begin; item < end; ++item) {
-      const auto [e, j0] = items1[item];
-      const int64_t j1 = std::min(N, j0 + kInterBlock);
-      const bool halves = p.activation == Activation::kSiluAndMul;  // else gate and up interleave
-      const int64_t rows = routing.expert_begin[e + 1] - routing.expert_begin[e];
-      const WeightTile gate = halves ? gemm1.tile(e, j0, j1, rows, x.ld, scratch, 0)
-                                     : gemm1.tile(e, 2 * j0, 2 * j1, rows, x.ld, scratch, 0);
-      const WeightTile up = halves ? gemm1.tile(e, N + j0, N + j1, rows, x.ld, scratch, kInterBlock) : gate;
-      for (int64_t s0 = routing.expert_begin[e]; s0 < routing.expert_begin[e + 1]; s0 += kTokenChunk) {
-        const int64_t m = std::min(kTokenChunk, routing.expert_begin[e + 1] - s0);
-        gemm1.run(x, s0, m, gate, scratch.out0.get());
-        if (halves) gemm1.run(x, s0, m, up, scratch.out1.get());
-        activate_block(kernels, p, e, j0, j1, m, scratch.out0.get(), scratch.out1.get(), row, inter, s0,
-                       inter_f32.empty() ? nullptr : &inter_f32);
+    for (int64_t run = begin; run < end; ++run) {
+      for (int64_t item; (item = shared1.next(run)) >= 0;) {
+        const auto [e, j0] = items1[item];
+        const int64_t j1 = std::min(N, j0 + kInterBlock);
+        const bool halves = p.activation == Activation::kSiluAndMul;  // else gate and up interleave
+        const int64_t rows = routing.expert_begin[e + 1] - routing.expert_begin[e];
+        const WeightTile gate = halves ? gemm1.tile(e, j0, j1, rows, x.ld, scratch, 0)
+                                       : gemm1.tile(e, 2 * j0, 2 * j1, rows, x.ld, scratch, 0);
+        const WeightTile up = halves ? gemm1.tile(e, N + j0, N + j1, rows, x.ld, scratch, kInterBlock) : gate;
+        for (int64_t s0 = routing.expert_begin[e]; s0 < routing.expert_begin[e + 1]; s0 += kTokenChunk) {
+          const int64_t m = std::min(kTokenChunk, routing.expert_begin[e + 1] - s0);
+          gemm1.run(x, s0, m, gate, scratch.out0.get());
+          if (halves) gemm1.run(x, s0, m, up, scratch.out1.get());
+          activate_block(kernels, p, e, j0, j1, m, scratch.out0.get(), scratch.out1.get(), row, inter, s0,
+                         inter_f32.empty() ? nullptr : &inter_f32);
+        }
       }
     }
   });
