@@ -364,6 +364,11 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   if (p.tokens == 0) return out;
 
   const Routing routing = route(p);
+  for (int64_t e = 0; e < p.experts; ++e) {  // packed headers: of the experts this call reads
+    if (routing.expert_begin[e] == routing.expert_begin[e + 1]) continue;
+    if (p.w1.packed) check_packed_expert(*p.w1.tensor, "w1", e);
+    if (p.w2.packed) check_packed_expert(*p.w2.tensor, "w2", e);
+  }
   const int64_t slots = routing.slots();
   const int64_t M = p.tokens, K = p.hidden, N = p.inter;
 

@@ -179,12 +179,13 @@ PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch a
   TORCH_CHECK(header.rows > 0 && header.cols > 0 && std::memcmp(&header, &expected, sizeof(header)) == 0 &&
                   packed.size(1) == packed_nbytes(header.rows, header.cols, dtype),
               "fused_experts_cpu: ", name, " has a corrupt packed header");
-  for (int64_t e = 1; e < packed.size(0); ++e) {
-    TORCH_CHECK(std::memcmp(base + e * packed.size(1), &header, sizeof(header)) == 0,
-                "fused_experts_cpu: ", name, " expert ", e,
-                " does not carry the same packed header as expert 0");
-  }
   return header;
+}
+
+void check_packed_expert(const at::Tensor& packed, const char* name, int64_t expert) {
+  const auto* base = packed.const_data_ptr<uint8_t>();
+  TORCH_CHECK(std::memcmp(base + expert * packed.size(1), base, sizeof(PackedHeader)) == 0, "fused_experts_cpu: ",
+              name, " expert ", expert, " does not carry the same packed header as expert 0");
 }
 
 PackedView packed_expert(const at::Tensor& packed, int64_t expert) {

@@ -30,12 +30,18 @@ def _packed(method: int) -> Mutation:
     }
 
 
-def _with_format_version(packed: torch.Tensor, version: int) -> torch.Tensor:
-    """A copy of packed weights whose every header claims another format version
-    (the uint32 after the 8-byte magic)."""
+def _with_format_version(packed: torch.Tensor, version: int, experts: slice = slice(None)) -> torch.Tensor:
+    """A copy of packed weights whose headers of ``experts`` (all by default) claim
+    another format version (the uint32 after the 8-byte magic)."""
     copy = packed.clone()
-    copy[:, 8:12] = torch.tensor([version], dtype=torch.int32).view(torch.uint8)
+    copy[experts, 8:12] = torch.tensor([version], dtype=torch.int32).view(torch.uint8)
     return copy
+
+
+def _routed_to_experts_1_and_0(a: dict[str, Any]) -> torch.Tensor:
+    ids = torch.zeros_like(a["topk_ids"])
+    ids[:, 0] = 1
+    return ids
 
 
 def _bad(id: str, names: str, mutation: Mutation, method: int = UNQUANT) -> Any:
@@ -92,6 +98,12 @@ BAD_INPUTS = [
     _bad("packed-in-another-format-version", "w1", lambda a: {
         name: _with_format_version(packed, 1) for name, packed in _packed(FP8)(a).items()
     } | {"is_vnni": True}, FP8),
+    _bad("packed-expert-in-another-format-version", "w2", lambda a: {
+        "w1": _packed(INT8)(a)["w1"],
+        "w2": _with_format_version(_packed(INT8)(a)["w2"], 1, experts=slice(1, 2)),
+        "topk_ids": _routed_to_experts_1_and_0(a),
+        "is_vnni": True,
+    }, INT8),
     _bad("packed-w2-other-shape", "w2|w1", lambda a: {
         "w2": moe_kernels.convert_weight_packed(a["w2"][:, 1:].contiguous(), UNQUANT),
         "w1": _packed(UNQUANT)(a)["w1"],
