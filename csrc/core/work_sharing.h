@@ -7,6 +7,9 @@
 // phase 2 of a decode call (2 threads, int8, M = 1).
 #pragma once
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -50,5 +53,19 @@ class SharedItems {
   int64_t runs_;
   std::unique_ptr<Bounds[]> bounds_;
 };
+
+// work(item, scratch) for every item in [0, items), on ATen's threads sharing
+// them as above; each thread makes its scratch once (make_scratch()).
+template <class MakeScratch, class Work>
+void for_each_shared_item(int64_t items, MakeScratch make_scratch, Work work) {
+  const int64_t runs = std::min<int64_t>(at::get_num_threads(), items);
+  SharedItems shared(items, runs);
+  at::parallel_for(0, runs, 1, [&](int64_t begin, int64_t end) {
+    auto scratch = make_scratch();
+    for (int64_t run = begin; run < end; ++run) {
+      for (int64_t item; (item = shared.next(run)) >= 0;) work(item, scratch);
+    }
+  });
+}
 
 }  // namespace moe_kernels
