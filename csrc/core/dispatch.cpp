@@ -20,7 +20,12 @@ std::string level_names(const std::vector<IsaLevel>& ladder, bool supported_only
   return names;
 }
 
-const KernelSet* select_kernels() {
+struct Selected {
+  const char* name;
+  const KernelSet* kernels;
+};
+
+Selected select_level() {
   const std::vector<IsaLevel> ladder = isa_ladder();
   const char* forced = std::getenv("MOE_KERNELS_ISA");
   if (forced == nullptr || *forced == '\0') {
@@ -28,28 +33,30 @@ const KernelSet* select_kernels() {
     for (const IsaLevel& level : ladder) {
       if (level.supported) best = &level;
     }
-    return &best->kernels();
+    return {best->name, &best->kernels()};
   }
   for (const IsaLevel& level : ladder) {
     if (std::string(level.name) != forced) continue;
     TORCH_CHECK(level.supported, "MOE_KERNELS_ISA=", forced,
                 " is not supported by this CPU; it supports: ", level_names(ladder, true));
-    return &level.kernels();
+    return {level.name, &level.kernels()};
   }
   TORCH_CHECK(false, "MOE_KERNELS_ISA=", forced,
               " names no kernel path of this architecture; choose one of: ",
               level_names(ladder, false));
 }
 
-}  // namespace
-
-const KernelSet& active_kernels() {
+const Selected& selected_level() {
   // A throwing initializer is retried on the next call, so the error repeats.
-  static const KernelSet* const selected = select_kernels();
-  return *selected;
+  static const Selected selected = select_level();
+  return selected;
 }
 
-std::string isa() { return active_kernels().isa; }
+}  // namespace
+
+const KernelSet& active_kernels() { return *selected_level().kernels; }
+
+std::string isa() { return selected_level().name; }
 
 std::vector<std::string> supported_isas() {
   std::vector<std::string> names;

@@ -89,7 +89,6 @@ void quantize_row_s8_generic(int64_t n, const float* x, int8_t* q, float* scale)
 void add_weighted_generic(int64_t n, float weight, const float* c, const float* bias, float* dst);
 
 struct KernelSet {
-  const char* isa;  // the name MOE_KERNELS_ISA and moe_kernels.isa() use
   GemmF32Fn gemm_f32;
   GemmBF16Fn gemm_bf16;
   GemmS8Fn gemm_s8;

@@ -28,7 +28,7 @@ void gemm_s8_dotprod(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t l
 }
 
 const KernelSet& kernels_dotprod() {
-  static const KernelSet kernels{"dotprod", gemm_f32_neon, gemm_bf16_neon, gemm_s8_dotprod};
+  static const KernelSet kernels{gemm_f32_neon, gemm_bf16_neon, gemm_s8_dotprod};
   return kernels;
 }
 

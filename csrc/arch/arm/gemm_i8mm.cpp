@@ -188,7 +188,7 @@ void gemm_s8_i8mm(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
 }  // namespace
 
 const KernelSet& kernels_i8mm() {
-  static const KernelSet kernels{"i8mm", gemm_f32_neon, gemm_bf16_i8mm, gemm_s8_i8mm};
+  static const KernelSet kernels{gemm_f32_neon, gemm_bf16_i8mm, gemm_s8_i8mm};
   return kernels;
 }
 

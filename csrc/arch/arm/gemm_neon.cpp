@@ -113,7 +113,7 @@ void gemm_s8_neon(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
 }
 
 const KernelSet& kernels_neon() {
-  static const KernelSet kernels{"neon", gemm_f32_neon, gemm_bf16_neon, gemm_s8_neon};
+  static const KernelSet kernels{gemm_f32_neon, gemm_bf16_neon, gemm_s8_neon};
   return kernels;
 }
 

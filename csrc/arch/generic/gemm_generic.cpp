@@ -111,7 +111,7 @@ void add_weighted_generic(int64_t n, float weight, const float* c, const float* 
 }
 
 const KernelSet& kernels_generic() {
-  static const KernelSet kernels{"generic", gemm_f32, gemm_bf16, gemm_s8};
+  static const KernelSet kernels{gemm_f32, gemm_bf16, gemm_s8};
   return kernels;
 }
 

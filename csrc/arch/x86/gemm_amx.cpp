@@ -471,7 +471,6 @@ void gemm_s8_tiles(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda
 const KernelSet& kernels_amx() {
   static const KernelSet kernels = [] {
     KernelSet set = kernels_avx512_bf16();
-    set.isa = "amx";
     set.gemm_bf16 = gemm_bf16;
     set.gemm_s8 = gemm_s8;
     set.gemm_bf16_fp8 = gemm_bf16_fp8;

@@ -378,7 +378,7 @@ void fp8_to_f32(int64_t cols, const uint8_t* src, const float* scale, int64_t bl
 }
 
 constexpr KernelSet kKernels =
-    row_kernels::compiled_here({"avx2", gemm_f32, gemm_bf16, gemm_s8, fp8_to_bf16, fp8_to_f32, gemm_bf16_fp8});
+    row_kernels::compiled_here({gemm_f32, gemm_bf16, gemm_s8, fp8_to_bf16, fp8_to_f32, gemm_bf16_fp8});
 
 }  // namespace
 
