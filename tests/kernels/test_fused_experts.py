@@ -145,6 +145,20 @@ def test_fp8_block_sizes(block_size: tuple[int, int], packed: bool) -> None:
     assert_matches_reference(actual, expected, fp8, torch.float32)
 
 
+@BOTH_LAYOUTS
+@pytest.mark.parametrize("tokens", [3, 9])
+def test_fp8_blocks_of_k_off_the_lines(packed: bool, tokens: int) -> None:
+    """bf16 activations with FP8 blocks of K no multiple of 4: the packed line
+    layout's groups of 4 values of K straddle blocks (rows of W1 and W2 a
+    multiple of 32, so both take that layout where it applies), for few and
+    many rows."""
+    fp8 = METHODS["fp8"]
+    problem = make_moe_problem(tokens, 96, 48, 4, 2, torch.bfloat16, fp8, seed=16, block_size=(8, 18))
+    expected = problem.run(reference.fused_experts)
+    actual = moe_kernels.fused_experts(**problem.kwargs(packed=packed))
+    assert_matches_reference(actual, expected, fp8, torch.bfloat16)
+
+
 @EVERY_METHOD
 @BOTH_LAYOUTS
 @pytest.mark.parametrize("tokens", [1, 2])

@@ -387,22 +387,30 @@ MOE_X86_INLINE void fp8_block(int rows, const Lines& lines, int64_t k, int64_t b
   }
 }
 
+// Blocks of K that do not split into lines: each block of 16 columns back to
+// rows, for gemm_bf16_fp8.
+void gemm_bf16_fp8_block_rows(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
+                              int64_t ldb, const Fp8Scales& sc, float* c, int64_t ldc) {
+  uint8_t* rows = thread_scratch(ScratchUse::kFp8Block, kBlockCols * ldb);
+  for (int64_t j = 0; j < n; j += kBlockCols) {
+    for (int r = 0; r < kBlockCols; ++r) fp8_line_row(b + j * ldb, r, ldb, rows + r * ldb);
+    Fp8Scales block_scales = sc;
+    block_scales.row0 += j;
+    gemm_bf16_fp8(m, kBlockCols, k, a, lda, rows, ldb, block_scales, c + j, ldc);
+  }
+}
+
 // fp8 in the line layout: up to 4 rows of a widen each line in registers;
-// more widen each block once and meet it 4 rows at a time. Blocks of K that
-// do not split into lines go back to rows, a block at a time, for gemm_bf16_fp8.
+// more widen each block once and meet it 4 rows at a time.
 void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
                          int64_t ldb, const Fp8Scales& sc, float* c, int64_t ldc) {
+  if (sc.block_k % 4 != 0) {
+    gemm_bf16_fp8_block_rows(m, n, k, a, lda, b, ldb, sc, c, ldc);
+    return;
+  }
   const x86::E4m3ToBF16 e4m3_to_bf16;
   for (int64_t j = 0; j < n; j += kBlockCols) {
     const uint8_t* block = b + j * ldb;
-    if (sc.block_k % 4 != 0) {
-      uint8_t* rows = thread_scratch(ScratchUse::kFp8Block, kBlockCols * ldb);
-      for (int r = 0; r < kBlockCols; ++r) fp8_line_row(block, r, ldb, rows + r * ldb);
-      Fp8Scales block_scales = sc;
-      block_scales.row0 += j;
-      gemm_bf16_fp8(m, kBlockCols, k, a, lda, rows, ldb, block_scales, c + j, ldc);
-      continue;
-    }
     const float* column_scales[kBlockCols];
     for (int q = 0; q < kBlockCols; ++q) column_scales[q] = sc.scale + (sc.row0 + j + q) / sc.block_n * sc.ld;
     if (m <= kFp8TileRows) {
