@@ -299,14 +299,20 @@ struct Fp8Tiles {
     v[1] = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
   }
 
+  using Acc = __m256;
+  static MOE_X86_INLINE Acc zero() { return _mm256_setzero_ps(); }
+  static MOE_X86_INLINE Acc add_scaled(Acc acc, float block_scale, Acc total) {
+    return _mm256_fmadd_ps(acc, _mm256_set1_ps(x86::fp16_scale(block_scale)), total);
+  }
+
   // acc += the products of values [p, p + 16) of K (zero past rem of them).
   template <int MR, int NR, bool kTail>
   MOE_X86_INLINE void step(const uint16_t* const (&pa)[MR], const uint8_t* const (&pb)[NR], int64_t p,
-                           int64_t ahead, int rem, __m256 (&acc)[MR][NR]) const {
+                           int64_t ahead, int64_t rem, __m256 (&acc)[MR][NR]) const {
     __m256 va[MR][2];
     for (int r = 0; r < MR; ++r) {
       if constexpr (kTail) {
-        load_a(Padded<uint16_t, kStep>(pa[r] + p, rem).v, va[r]);
+        load_a(Padded<uint16_t, kStep>(pa[r] + p, static_cast<int>(rem)).v, va[r]);
       } else {
         load_a(pa[r] + p, va[r]);
       }
@@ -316,7 +322,7 @@ struct Fp8Tiles {
       if (p % 64 == 0) __builtin_prefetch(pb[q] + ahead + p, 0, 2);
       __m256 vb[2];
       if constexpr (kTail) {
-        widen_b(Padded<uint8_t, kStep>(pb[q] + p, rem).v, vb);
+        widen_b(Padded<uint8_t, kStep>(pb[q] + p, static_cast<int>(rem)).v, vb);
       } else {
         widen_b(pb[q] + p, vb);
       }
@@ -327,43 +333,17 @@ struct Fp8Tiles {
     }
   }
 
+  // store_sums reduces 4 vectors: pad with zeros.
+  template <int NR>
+  MOE_X86_INLINE void store_row(const Acc (&total)[NR], float* dst, const x86::TileCols& cols) const {
+    Acc sums[4];
+    for (int q = 0; q < 4; ++q) sums[q] = q < NR ? total[q] : zero();
+    x86::store_cols<NR>(dst, cols, false, [&](float* d, bool) { store_sums<4>(sums, d, cols.nb, false); });
+  }
+
   template <int MR, int NR>
   MOE_X86_INLINE void tile(int64_t i, const x86::TileCols& cols, int64_t /*p0*/, int64_t k, bool /*first*/) {
-    const uint16_t* pa[MR];
-    const uint8_t* pb[NR];
-    const float* ps[NR];
-    for (int r = 0; r < MR; ++r) pa[r] = a + (i + r) * lda;
-    for (int q = 0; q < NR; ++q) {
-      const int64_t j = cols.j + (q < cols.nb ? q : cols.nb - 1) * cols.stride;
-      pb[q] = b + j * ldb;
-      ps[q] = sc.scale + (sc.row0 + j) / sc.block_n * sc.ld;
-    }
-    const int64_t ahead = cols.ahead * ldb;
-    __m256 total[MR][NR];
-    for (int r = 0; r < MR; ++r) {
-      for (int q = 0; q < NR; ++q) total[r][q] = _mm256_setzero_ps();
-    }
-    for (int64_t p0 = 0, block = 0; p0 < k; p0 += sc.block_k, ++block) {
-      const int64_t p1 = k - p0 < sc.block_k ? k : p0 + sc.block_k;
-      __m256 acc[MR][NR];
-      for (int r = 0; r < MR; ++r) {
-        for (int q = 0; q < NR; ++q) acc[r][q] = _mm256_setzero_ps();
-      }
-      int64_t p = p0;
-      for (; p + kStep <= p1; p += kStep) step<MR, NR, false>(pa, pb, p, ahead, 0, acc);
-      if (p < p1) step<MR, NR, true>(pa, pb, p, ahead, static_cast<int>(p1 - p), acc);
-      for (int q = 0; q < NR; ++q) {
-        const __m256 s = _mm256_set1_ps(x86::fp16_scale(ps[q][block]));
-        for (int r = 0; r < MR; ++r) total[r][q] = _mm256_fmadd_ps(acc[r][q], s, total[r][q]);
-      }
-    }
-    // store_sums reduces 4 vectors: pad with zeros.
-    for (int r = 0; r < MR; ++r) {
-      __m256 sums[4];
-      for (int q = 0; q < 4; ++q) sums[q] = q < NR ? total[r][q] : _mm256_setzero_ps();
-      x86::store_cols<NR>(c + (i + r) * ldc + cols.j, cols, false,
-                          [&](float* dst, bool) { store_sums<4>(sums, dst, cols.nb, false); });
-    }
+    x86::fp8_scaled_tile<MR, NR>(*this, i, cols, k);
   }
 };
 

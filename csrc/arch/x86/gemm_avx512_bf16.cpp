@@ -64,10 +64,17 @@ struct Fp8Tiles {
 
   int64_t row_bytes() const { return ldb; }
 
-  // acc += 64 values of K from p on (the first `lanes` of them).
+  using Acc = __m512;
+  static MOE_X86_INLINE Acc zero() { return _mm512_setzero_ps(); }
+  static MOE_X86_INLINE Acc add_scaled(Acc acc, float block_scale, Acc total) {
+    return _mm512_fmadd_ps(acc, _mm512_set1_ps(block_scale), total);
+  }
+
+  // acc += 64 values of K from p on (the first rem of them).
   template <int MR, int NR, bool kTail>
   MOE_X86_INLINE void step(const uint16_t* const (&pa)[MR], const uint8_t* const (&pb)[NR], int64_t p,
-                           int64_t ahead, __mmask64 lanes, __m512 (&acc)[MR][NR]) const {
+                           int64_t ahead, int64_t rem, __m512 (&acc)[MR][NR]) const {
+    const __mmask64 lanes = kTail ? ~__mmask64{0} >> (kStep - rem) : 0;
     const __mmask32 first = static_cast<__mmask32>(lanes), second = static_cast<__mmask32>(lanes >> 32);
     // Few rows of a: each row's 64 values are put in the order in which
     // E4m3ToBF16::in_lanes widens b (K [0, 8), [16, 24), ... in the first
@@ -97,44 +104,19 @@ struct Fp8Tiles {
     }
   }
 
+  // store_sums_avx512 reduces 4 or 8 vectors: pad with zeros.
+  template <int NR>
+  MOE_X86_INLINE void store_row(const Acc (&total)[NR], float* dst, const x86::TileCols& cols) const {
+    constexpr int kSums = NR < 4 ? 4 : NR;
+    Acc sums[kSums];
+    for (int q = 0; q < kSums; ++q) sums[q] = q < NR ? total[q] : zero();
+    x86::store_cols<NR>(dst, cols, false,
+                        [&](float* d, bool) { x86::store_sums_avx512<kSums>(sums, d, cols.nb, false); });
+  }
+
   template <int MR, int NR>
   MOE_X86_INLINE void tile(int64_t i, const x86::TileCols& cols, int64_t /*p0*/, int64_t k, bool /*first*/) {
-    const uint16_t* pa[MR];
-    const uint8_t* pb[NR];
-    const float* ps[NR];
-    for (int r = 0; r < MR; ++r) pa[r] = a + (i + r) * lda;
-    for (int q = 0; q < NR; ++q) {
-      const int64_t j = cols.j + (q < cols.nb ? q : cols.nb - 1) * cols.stride;
-      pb[q] = b + j * ldb;
-      ps[q] = sc.scale + (sc.row0 + j) / sc.block_n * sc.ld;
-    }
-    const int64_t ahead = cols.ahead * ldb;
-    __m512 total[MR][NR];
-    for (int r = 0; r < MR; ++r) {
-      for (int q = 0; q < NR; ++q) total[r][q] = _mm512_setzero_ps();
-    }
-    for (int64_t p0 = 0, block = 0; p0 < k; p0 += sc.block_k, ++block) {
-      const int64_t p1 = k - p0 < sc.block_k ? k : p0 + sc.block_k;
-      __m512 acc[MR][NR];
-      for (int r = 0; r < MR; ++r) {
-        for (int q = 0; q < NR; ++q) acc[r][q] = _mm512_setzero_ps();
-      }
-      int64_t p = p0;
-      for (; p + kStep <= p1; p += kStep) step<MR, NR, false>(pa, pb, p, ahead, 0, acc);
-      if (p < p1) step<MR, NR, true>(pa, pb, p, ahead, ~__mmask64{0} >> (kStep - (p1 - p)), acc);
-      for (int q = 0; q < NR; ++q) {
-        const __m512 s = _mm512_set1_ps(ps[q][block]);
-        for (int r = 0; r < MR; ++r) total[r][q] = _mm512_fmadd_ps(acc[r][q], s, total[r][q]);
-      }
-    }
-    // store_sums_avx512 reduces 4 or 8 vectors: pad with zeros.
-    constexpr int kSums = NR < 4 ? 4 : NR;
-    for (int r = 0; r < MR; ++r) {
-      __m512 sums[kSums];
-      for (int q = 0; q < kSums; ++q) sums[q] = q < NR ? total[r][q] : _mm512_setzero_ps();
-      x86::store_cols<NR>(c + (i + r) * ldc + cols.j, cols, false,
-                          [&](float* dst, bool) { x86::store_sums_avx512<kSums>(sums, dst, cols.nb, false); });
-    }
+    x86::fp8_scaled_tile<MR, NR>(*this, i, cols, k);
   }
 };
 

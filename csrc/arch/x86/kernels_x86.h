@@ -259,6 +259,45 @@ void gemm_float(int64_t m, int64_t n, int64_t k, const typename Op::T* a, int64_
   gemm_tiled(t, m, n, k);
 }
 
+// The tile of the fused fp8 GEMMs (each level's Fp8Tiles::tile): each block
+// of K accumulates on its own, Tiles::kStep values of K a t.step (the last
+// one partial: its count of values), and is added into the totals times its
+// row of b's block scale (Tiles::add_scaled); t.store_row writes a row's
+// totals. The Tiles also give their vector type (Acc, zero()) and a, b, c.
+template <int MR, int NR, class Tiles>
+MOE_X86_INLINE void fp8_scaled_tile(const Tiles& t, int64_t i, const TileCols& cols, int64_t k) {
+  using Acc = typename Tiles::Acc;
+  const Fp8Scales& sc = t.sc;
+  const uint16_t* pa[MR];
+  const uint8_t* pb[NR];
+  const float* ps[NR];
+  for (int r = 0; r < MR; ++r) pa[r] = t.a + (i + r) * t.lda;
+  for (int q = 0; q < NR; ++q) {
+    const int64_t j = cols.j + (q < cols.nb ? q : cols.nb - 1) * cols.stride;
+    pb[q] = t.b + j * t.ldb;
+    ps[q] = sc.scale + (sc.row0 + j) / sc.block_n * sc.ld;
+  }
+  const int64_t ahead = cols.ahead * t.ldb;
+  Acc total[MR][NR];
+  for (int r = 0; r < MR; ++r) {
+    for (int q = 0; q < NR; ++q) total[r][q] = Tiles::zero();
+  }
+  for (int64_t p0 = 0, block = 0; p0 < k; p0 += sc.block_k, ++block) {
+    const int64_t p1 = k - p0 < sc.block_k ? k : p0 + sc.block_k;
+    Acc acc[MR][NR];
+    for (int r = 0; r < MR; ++r) {
+      for (int q = 0; q < NR; ++q) acc[r][q] = Tiles::zero();
+    }
+    int64_t p = p0;
+    for (; p + Tiles::kStep <= p1; p += Tiles::kStep) t.template step<MR, NR, false>(pa, pb, p, ahead, 0, acc);
+    if (p < p1) t.template step<MR, NR, true>(pa, pb, p, ahead, p1 - p, acc);
+    for (int q = 0; q < NR; ++q) {
+      for (int r = 0; r < MR; ++r) total[r][q] = Tiles::add_scaled(acc[r][q], ps[q][block], total[r][q]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) t.template store_row<NR>(total[r], t.c + (i + r) * t.ldc + cols.j, cols);
+}
+
 #if defined(__AVX512F__)
 // Shared by the avx512 and avx512_bf16 files.
 
