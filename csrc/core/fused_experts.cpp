@@ -316,8 +316,8 @@ void activate_block(const KernelSet& kernels, const MoeProblem& p, int64_t exper
   const float limit = p.limit.value_or(std::numeric_limits<float>::infinity());
   const float* out0 = scratch.out0.get();
   const float* out1 = scratch.out1.get();
-  const std::vector<float>& row = scratch.activated;
-  float* out = scratch.activated.data();
+  std::vector<float>& row = scratch.activated;
+  float* out = row.data();
   for (int64_t i = 0; i < m; ++i) {
     if (halves) {
       kernels.silu_and_mul(width, out0 + i * width, out1 + i * width, bias0, bias1, out);
@@ -434,20 +434,17 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   }
 
   // Phase 3: W2, bias and routing weight, summed into each token's fp32 row.
-  // A work item is a group of blocks of K for every expert: items never write
-  // the same values, and each block adds its experts in one fixed order,
-  // whatever the threads. Experts outside, blocks inside: an item's rows of an
-  // expert's W2 stream as one run, and its intermediate rows stay in cache
-  // across them. One group a thread: two (a thread done early taking the
-  // other's second) measured no faster at M = 1 and 2% slower at M = 16.
+  // A thread takes one run of blocks of K for every expert: threads never
+  // write the same values, and each block adds its experts in one fixed order,
+  // whatever the threads. Experts outside, blocks inside: a thread's rows of
+  // an expert's W2 stream as one run, and its intermediate rows stay in cache
+  // across them. The run is not shared (work_sharing.h): splitting it in two
+  // measured no faster at M = 1 and 2% slower at M = 16.
   auto acc = aligned_buffer<float>(M * K);
   const ExpertGemm gemm2(kernels, p, p.w2, p.compute);
   const std::array<float, kHiddenBlock> no_bias{};  // stands in for a missing bias
-  const int64_t blocks = (K + kHiddenBlock - 1) / kHiddenBlock;
-  const int64_t group = (blocks + at::get_num_threads() - 1) / at::get_num_threads();
-  const auto thread_scratch2 = [&] { return gemm2.scratch(); };
-  for_each_shared_item((blocks + group - 1) / group, thread_scratch2, [&](int64_t item, Scratch& scratch) {
-    const int64_t begin = item * group, end = std::min(blocks, begin + group);
+  at::parallel_for(0, (K + kHiddenBlock - 1) / kHiddenBlock, 1, [&](int64_t begin, int64_t end) {
+    Scratch scratch = gemm2.scratch();
     const int64_t first = begin * kHiddenBlock, last = std::min(K, end * kHiddenBlock);
     for (int64_t m = 0; m < M; ++m) std::fill(acc.get() + m * K + first, acc.get() + m * K + last, 0.f);
     for (int64_t e = 0; e < p.experts; ++e) {
