@@ -9,9 +9,11 @@
 //   3. per block of K, for every expert: y = a @ W2^T + b2, times the routing
 //      weight, added to its token's fp32 row: no atomics, a fixed order;
 //   4. per token: cast its row once into the output.
+// Each phase is a range named moe_kernels::<phase> in torch.profiler.
 #include "core/fused_experts.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/util/BFloat16.h>
@@ -22,6 +24,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/work_sharing.h"
@@ -36,6 +39,21 @@ constexpr int64_t kTokenChunk = 128;  // rows of a per GEMM call: bounds the fp3
 // rather than 64 made int8 decode 0.5-3.6% faster, bf16 the same.
 constexpr int64_t kInterBlock = 128;
 constexpr int64_t kHiddenBlock = 128;  // output columns per phase-3 work item
+
+// The phases as consecutive torch.profiler ranges: each ends where the next
+// begins, the last with the call. Costs a thread-local check when no
+// profiler is on.
+class PhaseRanges {
+ public:
+  void begin(const char* name) {
+    range_.reset();
+    range_.emplace(at::RecordScope::FUNCTION);
+    if (range_->isActive()) range_->before(name);
+  }
+
+ private:
+  std::optional<at::RecordFunction> range_;
+};
 
 int64_t round_up(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -370,6 +388,8 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   at::Tensor out = args.inplace ? args.hidden_states : at::empty_like(args.hidden_states);
   if (p.tokens == 0) return out;
 
+  PhaseRanges phases;
+  phases.begin("moe_kernels::route");
   const Routing routing = route(p);
   for (int64_t e = 0; e < p.experts; ++e) {  // packed headers: of the experts this call reads
     if (routing.expert_begin[e] == routing.expert_begin[e + 1]) continue;
@@ -381,6 +401,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
 
   // Phase 1: gather. Each token is converted (int8: quantized) once, then
   // copied to each of its slots.
+  phases.begin("moe_kernels::gather");
   Activations tokens(kernels, p.compute, M, K);
   at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
     std::vector<float> row(K);
@@ -395,6 +416,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   });
 
   // Phase 2: W1, bias, activation; the items shared among threads (work_sharing.h).
+  phases.begin("moe_kernels::w1_activation");
   Activations inter(kernels, p.compute, slots, N);
   std::vector<float> inter_f32;  // INT8 re-quantizes whole rows after the blocks are done
   if (p.compute == ComputeType::kInt8) inter_f32.assign(slots * inter.ld, 0.f);
@@ -440,6 +462,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   // an expert's W2 stream as one run, and its intermediate rows stay in cache
   // across them. The run is not shared (work_sharing.h): splitting it in two
   // measured no faster at M = 1 and 2% slower at M = 16.
+  phases.begin("moe_kernels::w2_combine");
   auto acc = aligned_buffer<float>(M * K);
   const ExpertGemm gemm2(kernels, p, p.w2, p.compute);
   const std::array<float, kHiddenBlock> no_bias{};  // stands in for a missing bias
@@ -468,6 +491,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   });
 
   // Phase 4: cast each token's row once.
+  phases.begin("moe_kernels::cast_output");
   at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
     for (int64_t m = begin; m < end; ++m) {
       const float* row = acc.get() + m * K;

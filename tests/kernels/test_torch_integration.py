@@ -55,3 +55,15 @@ def test_torch_compile_fullgraph() -> None:
     actual = moe_layer(**problem.kwargs())
     expected = problem.run(reference.fused_experts) * 2
     assert_matches_reference(actual, expected, moe_kernels.MoeCompMethod.UNQUANT, torch.bfloat16)
+
+
+def test_profiler_names_each_phase_once_per_call() -> None:
+    problem = make_moe_problem(5, 64, 32, 4, 2, torch.bfloat16)
+    phases = ["moe_kernels::route", "moe_kernels::gather", "moe_kernels::w1_activation",
+              "moe_kernels::w2_combine", "moe_kernels::cast_output"]
+    calls = 2
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        for _ in range(calls):
+            moe_kernels.fused_experts(**problem.kwargs())
+    counts = {event.key: event.count for event in profile.key_averages()}
+    assert {phase: counts.get(phase, 0) for phase in phases} == {phase: calls for phase in phases}
