@@ -62,7 +62,8 @@ def test_profiler_names_each_phase_once_per_call() -> None:
     phases = ["moe_kernels::route", "moe_kernels::gather", "moe_kernels::w1_activation",
               "moe_kernels::w2_combine", "moe_kernels::cast_output"]
     calls = 2
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+    # acc_events: without it, torch 2.10 warns on start that each cycle clears its events.
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], acc_events=True) as profile:
         for _ in range(calls):
             moe_kernels.fused_experts(**problem.kwargs())
     counts = {event.key: event.count for event in profile.key_averages()}
