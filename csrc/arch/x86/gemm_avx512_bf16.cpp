@@ -164,15 +164,14 @@ MOE_X86_INLINE int32_t load_group(const uint8_t* p) {
   return group;
 }
 
-// An Op of the line kernels: broadcast<MR>(p) a row's group of a (in a tile
-// of MR rows), madd(acc, a, b) adds the group's products lane by lane,
-// finish(...) turns a row's 16 sums into c.
+// An Op of the line kernels: broadcast(p) a row's group of a, madd(acc, a, b)
+// adds the group's products lane by lane, finish(...) turns a row's 16 sums
+// into c.
 struct LinesBF16 {
   using Acc = __m512;
   float* c;
   int64_t ldc;
   static MOE_X86_INLINE Acc zero() { return _mm512_setzero_ps(); }
-  template <int MR>
   static MOE_X86_INLINE __m512i broadcast(const uint8_t* p) { return _mm512_set1_epi32(load_group(p)); }
   static MOE_X86_INLINE Acc madd(Acc acc, __m512i a, __m512i b) {
     return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
@@ -182,28 +181,30 @@ struct LinesBF16 {
 };
 
 // vpdpbusd multiplies unsigned by signed: a + 128 (each byte's sign bit
-// flipped), and 128 times the columns' sums of b (from packing) taken away at
-// the end; then both scales. Tiles of several rows flip the broadcast vector
-// (measured 1-8% faster at M >= 128, 2 threads, int8); one row flips the
-// group before it is broadcast (flipping the vector measured 2% slower at M = 1).
+// flipped, in the broadcast vector: one vpxord with an embedded broadcast),
+// and 128 times the columns' sums of b (from packing) taken away at the end;
+// then both scales.
 struct LinesU8S8 {
-  using Acc = __m512i;
+  // Not __m512i: GCC 12 then copies the accumulators of a tile of several
+  // rows around every vpdpbusd, and spills some (as avx512's S8).
+  using Acc = __v16si;
   const float* a_scale;
   const float* b_scale;
   const int32_t* b_sum;
   float* c;
   int64_t ldc;
-  static MOE_X86_INLINE Acc zero() { return _mm512_setzero_si512(); }
-  template <int MR>
+  static MOE_X86_INLINE Acc zero() { return Acc{}; }
   static MOE_X86_INLINE __m512i broadcast(const uint8_t* p) {
-    constexpr int32_t kSignBits = static_cast<int32_t>(0x80808080u);
-    if constexpr (MR == 1) return _mm512_set1_epi32(load_group(p) ^ kSignBits);
-    return _mm512_xor_si512(_mm512_broadcastd_epi32(_mm_loadu_si32(p)), _mm512_set1_epi32(kSignBits));
+    return _mm512_xor_si512(_mm512_broadcastd_epi32(_mm_loadu_si32(p)),
+                            _mm512_set1_epi32(static_cast<int32_t>(0x80808080u)));
   }
-  static MOE_X86_INLINE Acc madd(Acc acc, __m512i a, __m512i b) { return _mm512_dpbusd_epi32(acc, a, b); }
-  static MOE_X86_INLINE Acc add(Acc x, Acc y) { return _mm512_add_epi32(x, y); }
+  static MOE_X86_INLINE Acc madd(Acc acc, __m512i a, __m512i b) {
+    return reinterpret_cast<Acc>(_mm512_dpbusd_epi32(reinterpret_cast<__m512i>(acc), a, b));
+  }
+  static MOE_X86_INLINE Acc add(Acc x, Acc y) { return x + y; }
   MOE_X86_INLINE void finish(int64_t i, int64_t j, Acc acc) const {
-    const __m512i dot = _mm512_sub_epi32(acc, _mm512_slli_epi32(_mm512_loadu_si512(b_sum + j), 7));
+    const __m512i dot =
+        _mm512_sub_epi32(reinterpret_cast<__m512i>(acc), _mm512_slli_epi32(_mm512_loadu_si512(b_sum + j), 7));
     const __m512 scale = _mm512_mul_ps(_mm512_loadu_ps(b_scale + j), _mm512_set1_ps(a_scale[i]));
     _mm512_storeu_ps(c + i * ldc + j, _mm512_mul_ps(_mm512_cvtepi32_ps(dot), scale));
   }
@@ -231,7 +232,7 @@ MOE_X86_INLINE void line_tile(const Op& op, int64_t i, int64_t j, int64_t k_byte
       const int64_t x = x0 + 4 * g;
       const int h = g % kChains;
       __m512i va[MR];
-      for (int r = 0; r < MR; ++r) va[r] = Op::template broadcast<MR>(rows[r] + x);
+      for (int r = 0; r < MR; ++r) va[r] = Op::broadcast(rows[r] + x);
       for (int q = 0; q < NB; ++q) {
         const __m512i vb = _mm512_load_si512(blocks[q] + x * kBlockCols);
         for (int r = 0; r < MR; ++r) acc[h][r][q] = Op::madd(acc[h][r][q], va[r], vb);
@@ -402,7 +403,8 @@ constexpr PairOrder kPairOrder = make_pair_order();
 MOE_X86_INLINE __m512i scaled_pairs(__m512bh pairs, __m512 scale) {
   const __m512i bits = reinterpret_cast<__m512i>(pairs);
   const __m512 first = _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16));
-  const __m512 second = _mm512_castsi512_ps(_mm512_and_si512(bits, _mm512_set1_epi32(static_cast<int32_t>(0xffff0000u))));
+  const __m512i high_halves = _mm512_set1_epi32(static_cast<int32_t>(0xffff0000u));
+  const __m512 second = _mm512_castsi512_ps(_mm512_and_si512(bits, high_halves));
   const __m512bh halves = _mm512_cvtne2ps_pbh(_mm512_mul_ps(second, scale), _mm512_mul_ps(first, scale));
   return _mm512_permutexvar_epi16(_mm512_load_si512(kPairOrder.index), reinterpret_cast<__m512i>(halves));
 }
