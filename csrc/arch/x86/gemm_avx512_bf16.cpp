@@ -409,26 +409,23 @@ MOE_X86_INLINE __m512i scaled_pairs(__m512bh pairs, __m512 scale) {
   return _mm512_permutexvar_epi16(_mm512_load_si512(kPairOrder.index), reinterpret_cast<__m512i>(halves));
 }
 
-// One 16-row block of fp8 b in the line layout widened into bf16 in the tile
-// layout, as x86::widen_fp8_lines, with each value times its row's block
-// scale (column_scales[r][block of K]) and rounded once, as fp8_to_bf16 does.
+// x86::widen_fp8_lines with each value times its row's block scale
+// (column_scales[r][block of K]), rounded to bf16 once, as fp8_to_bf16 does.
 void widen_fp8_lines_scaled(const x86::E4m3ToBF16& e4m3_to_bf16, const uint8_t* block, int64_t k, int64_t block_k,
                             const float* const* column_scales, uint8_t* panel) {
-  constexpr int64_t kAhead = 1024;  // as x86::widen_fp8_lines
-  const int64_t lines = (k + 31) / 32 * 32 / 4, lines_per_scale = block_k / 4;
+  const int64_t lines_per_scale = block_k / 4;
+  int64_t next_scale_line = 0;
   __m512 scale = _mm512_setzero_ps();
-  for (int64_t q = 0; q < lines; ++q) {
-    if (q % lines_per_scale == 0) {
+  x86::widen_fp8_lines(e4m3_to_bf16, block, k, panel, [&](int64_t q, __m512bh half) {
+    if (q == next_scale_line) {
       const int64_t of_k = (4 * q < k ? 4 * q : k - 1) / block_k;  // padding lines (zeros) take the last block's
       alignas(64) float row_scales[kBlockCols];
       for (int r = 0; r < kBlockCols; ++r) row_scales[r] = column_scales[r][of_k];
       scale = _mm512_load_ps(row_scales);
+      next_scale_line += lines_per_scale;
     }
-    _mm_prefetch(reinterpret_cast<const char*>(block + kLineBytes * q + kAhead), _MM_HINT_T0);
-    const auto pairs = e4m3_to_bf16.in_lanes(_mm512_load_si512(block + kLineBytes * q));
-    _mm512_store_si512(panel + 2 * kLineBytes * q, scaled_pairs(pairs.first, scale));
-    _mm512_store_si512(panel + 2 * kLineBytes * q + kLineBytes, scaled_pairs(pairs.second, scale));
-  }
+    return scaled_pairs(half, scale);
+  });
 }
 
 // fp8 in the line layout: up to 4 rows of a widen each line in registers.
