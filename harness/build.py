@@ -13,6 +13,7 @@ under build/harness/wheels/; a build whose inputs are unchanged reuses it.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -28,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import console, containers, cross, versioning
-from harness.errors import HarnessError
-from harness.images import ImageSpec
+from harness.errors import HarnessError, writing
+from harness.images import ImageSpec, image_in_use
 from harness.targets import Target
-from harness.wheels import requirement_lines
+from harness.wheels import read_wheel, requirement_lines
 
 PROJECT = "moe_kernels"
 CIBUILDWHEEL = "cibuildwheel==4.3.5"  # what the nox sessions install
@@ -116,6 +117,7 @@ def wheel_matches(name: str, arch: str) -> bool:
 
 
 def find_wheel(wheelhouse: Path, arch: str) -> Path:
+    """The target's one wheel in wheelhouse/, checked whole and the project's, for arch."""
     wheels = sorted(p for p in wheelhouse.glob("*.whl") if wheel_matches(p.name, arch))
     if len(wheels) != 1:
         found = ", ".join(p.name for p in wheels) or "none"
@@ -123,6 +125,7 @@ def find_wheel(wheelhouse: Path, arch: str) -> Path:
             f"expected one {arch} wheel of {PROJECT} in {wheelhouse} (found: {found}); "
             f"build it with: nox -s build -- --arch {arch}"
         )
+    read_wheel(wheels[0], f"run nox -s build -- --arch {arch}, which replaces it", project=PROJECT, arch=arch)
     return wheels[0]
 
 
@@ -167,15 +170,30 @@ def check_tag(wheel: Path, target: Target, build_image: str, excluded: set[str])
     print(f"auditwheel show agrees: {platform_tag(wheel.name)}", flush=True)
 
 
+def put(file: Path, directory: Path, rerun: str) -> Path:
+    """Copy file into directory in one rename; a failed copy leaves no partial file
+    there and is a HarnessError that says why and to run `rerun` again."""
+    final = directory / file.name
+    incoming = directory / f".partial-{os.getpid()}-{file.name}"
+    try:
+        with writing(directory, rerun):
+            directory.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(file, incoming)
+            os.replace(incoming, final)
+    finally:
+        with contextlib.suppress(OSError):  # a read-only directory has none to remove
+            incoming.unlink(missing_ok=True)
+    return final
+
+
 def publish(built: Path, wheelhouse: Path, arch: str) -> Path:
     """Put a built wheel into wheelhouse/ atomically and drop older ones of the arch."""
-    final = wheelhouse / built.name
-    incoming = wheelhouse / f".partial-{os.getpid()}-{arch}-{built.name}"
-    shutil.copy2(built, incoming)
-    os.replace(incoming, final)
-    for old in wheelhouse.glob("*.whl"):
-        if old != final and wheel_matches(old.name, arch):
-            old.unlink()
+    rerun = f"nox -s build -- --arch {arch}"
+    final = put(built, wheelhouse, rerun)
+    with writing(wheelhouse, rerun):
+        for old in wheelhouse.glob("*.whl"):
+            if old != final and wheel_matches(old.name, arch):
+                old.unlink()
     return final
 
 
@@ -273,8 +291,11 @@ def build_wheel(
     files = source_files(repo)
     kept = cache / f"{target.arch}-{builder}"
     stamp = kept / "inputs.json"
-    wheelhouse.mkdir(parents=True, exist_ok=True)
-    kept.mkdir(parents=True, exist_ok=True)
+    rerun = f"nox -s build -- --arch {target.arch}"
+    with writing(wheelhouse, rerun):
+        wheelhouse.mkdir(parents=True, exist_ok=True)
+    with writing(cache, rerun):
+        kept.mkdir(parents=True, exist_ok=True)
     remove_partial_outputs(wheelhouse, cache)
     with steps.step(f"build {target.arch} ({builder})") as step, console.exclusive(cache / f"{target.arch}.lock"):
         with tempfile.TemporaryDirectory(prefix="moe-kernels-stage-") as staged:
@@ -282,29 +303,51 @@ def build_wheel(
             job = BuildJob(target, builder, build_image, Path(staged), partial, tools,
                            versioning.project_version(repo, tools.python))
             inputs = inputs_hash(repo, build_inputs(files), job.version, *builder_inputs(job))
-            if not force and stamp.exists():
-                recorded = json.loads(stamp.read_text())
-                if recorded["inputs"] == inputs and (kept / recorded["wheel"]).exists():
-                    step.outcome = "reused"
-                    print(f"{recorded['wheel']}: built by {builder} from these very inputs, reused", flush=True)
-                    return publish(kept / recorded["wheel"], wheelhouse, target.arch)
+            if not force and (reusable := kept_wheel(stamp, inputs, target.arch)):
+                step.outcome = "reused"
+                print(f"{reusable.name}: built by {builder} from these very inputs, reused", flush=True)
+                return publish(reusable, wheelhouse, target.arch)
             try:
-                stage(repo, files, job.staged)
-                run_builder(job)
-                built = list(partial.glob("*.whl"))
-                if len(built) != 1 or not wheel_matches(built[0].name, target.arch):
-                    raise RuntimeError(
-                        f"{builder} made {[p.name for p in built]}, expected one "
-                        f"{PROJECT}-*-py3-none-manylinux_*_{target.arch}.whl"
-                    )
-                check_tag(built[0], target, build_image, repair_excludes(pyproject))
-                stamp.unlink(missing_ok=True)
-                for old in kept.glob("*.whl"):
-                    old.unlink()
-                os.replace(built[0], kept / built[0].name)
+                with writing(job.staged, rerun):
+                    stage(repo, files, job.staged)
+                with image_in_use(build_image, rerun):
+                    run_builder(job)
+                    built = list(partial.glob("*.whl"))
+                    if len(built) != 1 or not wheel_matches(built[0].name, target.arch):
+                        raise RuntimeError(
+                            f"{builder} made {[p.name for p in built]}, expected one "
+                            f"{PROJECT}-*-py3-none-manylinux_*_{target.arch}.whl"
+                        )
+                    read_wheel(built[0], f"{builder} made it so (its output is above)", project=PROJECT,
+                               arch=target.arch)
+                    check_tag(built[0], target, build_image, repair_excludes(pyproject))
+                with writing(cache, rerun):
+                    stamp.unlink(missing_ok=True)
+                    for old in kept.glob("*.whl"):
+                        old.unlink()
+                    os.replace(built[0], kept / built[0].name)
             finally:
                 shutil.rmtree(partial, ignore_errors=True)
-        stamp.write_text(json.dumps({"inputs": inputs, "wheel": built[0].name}) + "\n")
+        with writing(cache, rerun):
+            stamp.write_text(json.dumps({"inputs": inputs, "wheel": built[0].name}) + "\n")
         wheel = publish(kept / built[0].name, wheelhouse, target.arch)
         print(f"wheelhouse/{wheel.name} (built by {builder})", flush=True)
         return wheel
+
+
+def kept_wheel(stamp: Path, inputs: str, arch: str) -> Path | None:
+    """The builder's last wheel, if its stamp says it was built from these inputs and
+    it is whole; a damaged one is noted and built again."""
+    try:
+        recorded = json.loads(stamp.read_text())
+        wheel, recorded_inputs = stamp.parent / recorded["wheel"], recorded["inputs"]
+    except (OSError, ValueError, KeyError, TypeError):  # no stamp yet, or a half-written one
+        return None
+    if recorded_inputs != inputs or not wheel.exists():
+        return None
+    try:
+        read_wheel(wheel, "building it again", project=PROJECT, arch=arch)
+    except HarnessError as error:
+        console.note(str(error))
+        return None
+    return wheel

@@ -19,10 +19,12 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from harness import console, host
+from harness.errors import HarnessError
 from harness.targets import Target
 from harness.wheels import download_closure, pip_install_target_command, requirement_lines
 
@@ -134,6 +136,26 @@ def image_exists(tag: str) -> bool:
         ["docker", "image", "inspect", tag], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     return inspect.returncode == 0
+
+
+@contextmanager
+def image_in_use(tag: str, rerun: str) -> Iterator[None]:
+    """The image must exist throughout the block: one removed meanwhile (docker image
+    rm, docker system prune) is a HarnessError, whether or not a command failed on it;
+    the run that follows builds it again."""
+    try:
+        yield
+    except (subprocess.CalledProcessError, console.CommandFailed):
+        if image_exists(tag):
+            raise
+        raise HarnessError(_gone(tag, rerun)) from None
+    if not image_exists(tag):
+        raise HarnessError(_gone(tag, rerun))
+
+
+def _gone(tag: str, rerun: str) -> str:
+    return (f"the image {tag} was removed while this run used it (docker image rm or prune?), so its "
+            f"results are void: run {rerun} again, which builds the image again")
 
 
 # --- the debootstrap root filesystem ------------------------------------------------

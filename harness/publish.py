@@ -30,19 +30,20 @@ import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
-import zipfile
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
-from harness.build import PROJECT, backend_requirements, wheel_matches
+from harness.build import PROJECT, backend_requirements, put, wheel_matches
+from harness.errors import HarnessError, writing
 from harness.gha import TEST_SESSIONS
 from harness.suite import RunRecord
 from harness.targets import Target, load_targets
+from harness.wheels import read_wheel
 
 REPO = Path(__file__).resolve().parent.parent
 WHEELHOUSE = REPO / "wheelhouse"
@@ -61,7 +62,7 @@ NO_DESTINATION = (
 )
 
 
-class PublishError(RuntimeError):
+class PublishError(HarnessError):
     """Publishing refused or failed; the message says why and what to do."""
 
 
@@ -76,12 +77,19 @@ def sha256(path: Path) -> str:
 # --- the manifest the test sessions write --------------------------------------------
 
 
-def _write_json_atomically(path: Path, data: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as file:
-        json.dump(data, file, indent=2)
-        file.write("\n")
-    os.replace(file.name, path)
+def _write_json_atomically(path: Path, data: object, rerun: str) -> None:
+    incoming = None
+    try:
+        with writing(path.parent, rerun):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as file:
+                incoming = Path(file.name)
+                json.dump(data, file, indent=2)
+                file.write("\n")
+            os.replace(incoming, path)
+    finally:
+        if incoming is not None:
+            incoming.unlink(missing_ok=True)
 
 
 def load_manifest(reports: Path = REPORTS) -> dict[str, Any]:
@@ -114,7 +122,7 @@ def record_tested(target: Target, wheel: Path, records: Sequence[RunRecord], rep
     manifest["wheels"][sha256(wheel)] = {
         "file": wheel.name, "arch": target.arch, "torch": target.torch, "runs": runs,
     }
-    _write_json_atomically(path, manifest)
+    _write_json_atomically(path, manifest, f"nox -s {TEST_SESSIONS[target.arch]}")
     return path
 
 
@@ -152,17 +160,17 @@ class Artifact:
         return self.path.name
 
 
-def _wheel_requires(wheel: Path) -> list[str]:
-    with zipfile.ZipFile(wheel) as archive:
-        metadata = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
-        headers = HeaderParser().parsestr(archive.read(metadata).decode())
-    return headers.get_all("Requires-Dist") or []
-
-
 def torch_pin_problem(wheel: Path, target: Target) -> str | None:
-    """The wheel must pin the torch release of its target's table row (X.Y.*)."""
+    """The wheel must be whole, the project's and for its target, and pin the torch
+    release of its target's table row (X.Y.*)."""
+    try:
+        metadata = read_wheel(wheel, f"run nox -s build -- --arch {target.arch}, which replaces it, then "
+                              f"publish again", project=PROJECT, arch=target.arch)
+    except HarnessError as error:
+        return str(error)
     major_minor = ".".join(target.torch.split("==", 1)[1].split(".")[:2])
-    pins = [r for r in _wheel_requires(wheel) if canonicalize_name(r.split("=")[0].split(" ")[0]) == "torch"]
+    requires = metadata.get_all("Requires-Dist") or []
+    pins = [r for r in requires if canonicalize_name(r.split("=")[0].split(" ")[0]) == "torch"]
     expected = f"torch=={major_minor}.*"
     if not any(pin.replace(" ", "") == expected for pin in pins):
         return f"{wheel.name} requires {pins or 'no torch'}, not {expected} ({target.arch}'s {target.torch})"
@@ -187,11 +195,11 @@ def collect(targets: Mapping[str, Target], wheelhouse: Path, manifest: Mapping[s
             continue
         wheel = mine[0]
         digest = sha256(wheel)
+        if pin := torch_pin_problem(wheel, target):
+            problems.append(f"{arch}: {pin}")
         failed = test_problems(target, manifest.get("wheels", {}).get(digest))
         if failed:
             problems.append(f"{arch}: {wheel.name} (sha256 {digest[:12]}…) is not tested: " + "; ".join(failed))
-        if pin := torch_pin_problem(wheel, target):
-            problems.append(f"{arch}: {pin}")
         artifacts.append(Artifact(wheel, digest, str(parse_wheel_filename(wheel.name)[1]), arch))
     problems += [f"{w.name}: a wheel of no target in the table" for w in wheels if w not in claimed]
     sdists = sorted(wheelhouse.glob(f"{PROJECT}-*.tar.gz")) if wheelhouse.is_dir() else []
@@ -216,9 +224,13 @@ def collect(targets: Mapping[str, Target], wheelhouse: Path, manifest: Mapping[s
 
 
 def sdist_problems(sdist: Path) -> list[str]:
-    """The sdist must carry what a native build needs."""
-    with tarfile.open(sdist) as archive:
-        names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    """The sdist must be whole and carry what a native build needs."""
+    try:
+        with tarfile.open(sdist) as archive:
+            names = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as error:
+        return [f"{sdist} is not a whole sdist, truncated or damaged ({error}): delete it (nox -s publish "
+                f"builds the tree's sdist when the wheelhouse has none) and publish again"]
     needed = ["pyproject.toml", "CMakeLists.txt", "PKG-INFO", "csrc/moe_kernels.h",
               "csrc/register.cpp", "build_support/torch_pin.py", "package/moe_kernels/__init__.py"]
     return [f"{sdist.name} lacks {name}" for name in needed if name not in names]
@@ -491,10 +503,7 @@ def build_sdist(python: str, outdir: Path, repo: Path = REPO) -> Path:
     with tempfile.TemporaryDirectory(prefix="moe-kernels-sdist-") as out:
         subprocess.run([python, "-m", "build", "--sdist", "--no-isolation", "--outdir", out, str(repo)], check=True)
         (built,) = Path(out).glob("*.tar.gz")
-        outdir.mkdir(parents=True, exist_ok=True)
-        final = outdir / built.name
-        os.replace(built, final)
-    return final
+        return put(built, outdir, "nox -s publish")
 
 
 def ensure_sdist(python: str, wheelhouse: Path) -> None:
@@ -504,7 +513,8 @@ def ensure_sdist(python: str, wheelhouse: Path) -> None:
     if needs_sdist_build(wheelhouse):
         for stale in _sdists(wheelhouse).values():
             print(f"removing {stale.name} from {wheelhouse.name}/: not the wheels' version", flush=True)
-            stale.unlink()
+            with writing(wheelhouse, "nox -s publish"):
+                stale.unlink()
         build_sdist(python, wheelhouse)
 
 
@@ -586,6 +596,6 @@ def main(argv: Sequence[str]) -> None:
 if __name__ == "__main__":  # what nox -s publish runs, in its venv
     try:
         main(sys.argv[1:])
-    except PublishError as error:
+    except HarnessError as error:
         print(f"publish: {error}", file=sys.stderr, flush=True)
         sys.exit(1)

@@ -13,14 +13,72 @@ from __future__ import annotations
 import subprocess
 import sys
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Sequence
+from email.message import Message
 from email.parser import HeaderParser
 from pathlib import Path
 
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.tags import Tag
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
+from harness.errors import HarnessError
 from harness.targets import ARCHES, Target
+
+# ELF e_machine of each architecture's shared objects
+ELF_MACHINES = {"x86_64": 62, "aarch64": 183}
+
+
+def read_wheel(path: Path, remedy: str, *, project: str | None = None, arch: str | None = None) -> Message:
+    """Check that a wheel is whole and is what its file name says (of project, for
+    arch, when given); return its METADATA headers.
+
+    A truncated, corrupt or foreign file is a HarnessError naming it, what is
+    wrong and the remedy (what to do about it).
+    """
+
+    def bad(what: str) -> HarnessError:
+        return HarnessError(f"{path} {what}: {remedy}")
+
+    try:
+        name, version, _, tags = parse_wheel_filename(path.name)
+    except InvalidWheelFilename:
+        raise bad("is not named as a wheel is") from None
+    if project is not None and name != canonicalize_name(project):
+        raise bad(f"is a wheel of {name}, not of {project}")
+    if arch is not None and any(tag.platform != "any" and not tag.platform.endswith(f"_{arch}") for tag in tags):
+        raise bad(f"is not tagged for {arch}")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            if (damaged := archive.testzip()) is not None:
+                raise bad(f"is corrupt ({damaged} fails its checksum)")
+            dist_info = {top for top in (n.split("/", 1)[0] for n in archive.namelist()) if top.endswith(".dist-info")}
+            if len(dist_info) != 1:
+                raise bad(f"has {len(dist_info)} .dist-info directories, not one")
+            (info,) = dist_info
+            metadata = HeaderParser().parsestr(archive.read(f"{info}/METADATA").decode())
+            wheel_tags = HeaderParser().parsestr(archive.read(f"{info}/WHEEL").decode()).get_all("Tag") or []
+            headers = [archive.open(member).read(20) for member in archive.namelist()
+                       if member.endswith(".so") or ".so." in member]
+    except (zipfile.BadZipFile, zlib.error, EOFError, KeyError, UnicodeDecodeError, OSError) as error:
+        raise bad(f"is not a whole wheel, truncated or damaged ({error})") from None
+    if canonicalize_name(metadata.get("Name", "")) != name or not _is_version(metadata.get("Version", ""), version):
+        raise bad(f"holds {metadata.get('Name')} {metadata.get('Version')}, not what its name says")
+    if not tags <= {Tag(*line.strip().split("-")) for line in wheel_tags if line.count("-") == 2}:
+        raise bad(f"is tagged {', '.join(wheel_tags) or 'nothing'} inside, not what its name says")
+    machines = {header[18:20] for header in headers if header.startswith(b"\x7fELF")}
+    if arch is not None and machines - {ELF_MACHINES[arch].to_bytes(2, "little")}:
+        raise bad(f"holds shared objects that are not {arch} code")
+    return metadata
+
+
+def _is_version(text: str, version: Version) -> bool:
+    try:
+        return Version(text) == version
+    except InvalidVersion:
+        return False
 
 
 def platform_tags(target: Target) -> list[str]:
@@ -52,12 +110,11 @@ def marker_environment(target: Target, python_version: str) -> dict[str, str]:
     }
 
 
-def wheel_dependencies(wheel: Path) -> list[Requirement]:
-    with zipfile.ZipFile(wheel) as archive:
-        metadata_name = next(
-            name for name in archive.namelist() if name.endswith(".dist-info/METADATA")
-        )
-        headers = HeaderParser().parsestr(archive.read(metadata_name).decode())
+def wheel_dependencies(wheel: Path, target: Target) -> list[Requirement]:
+    headers = read_wheel(
+        wheel, f"pip fetched it for {target.arch}: remove the file where pip found it (a local wheel "
+        f"directory, or pip's cache: pip cache remove {wheel.name.split('-')[0]}) and run again",
+        arch=target.arch)
     return [Requirement(line) for line in headers.get_all("Requires-Dist") or []]
 
 
@@ -146,7 +203,14 @@ def download_closure(
                 )
         to_fetch = [str(r) for name, r in merged.items() if name not in found]
         if to_fetch:
-            run(pip_download_command(to_fetch, dest, target, python_version))
+            try:
+                run(pip_download_command(to_fetch, dest, target, python_version))
+            except subprocess.CalledProcessError:
+                raise HarnessError(
+                    f"pip could not download {', '.join(to_fetch)} for {target.arch} (its error is above): "
+                    f"fix what it names (a damaged file in a local wheel directory or in pip's cache: "
+                    f"pip cache remove <project>; the network; the version) and run again"
+                ) from None
             for wheel in dest.glob("*.whl"):
                 name, version, _, _ = parse_wheel_filename(wheel.name)
                 found.setdefault(name, (str(version), wheel))
@@ -163,7 +227,7 @@ def download_closure(
             followed_extras[name] = extras | (done or set())
             new_dependencies += [
                 dependency
-                for dependency in wheel_dependencies(found[name][1])
+                for dependency in wheel_dependencies(found[name][1], target)
                 if applies(dependency, environment, extras)
             ]
         if not new_dependencies:

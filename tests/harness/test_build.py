@@ -5,13 +5,15 @@ import json
 import os
 import subprocess
 import tomllib
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from harness import build, console
+from harness import build, console, images
 from harness.errors import HarnessError
 from harness.targets import parse_targets
+from tests.harness.wheelfiles import make_wheel, project_wheel
 
 
 @pytest.fixture
@@ -81,8 +83,7 @@ def test_wheel_matches(name, arch, matches):
 def test_find_wheel_wants_exactly_one(tmp_path):
     with pytest.raises(HarnessError, match="nox -s build -- --arch aarch64"):
         build.find_wheel(tmp_path, "aarch64")
-    wheel = tmp_path / "moe_kernels-0.1.0-py3-none-manylinux_2_28_aarch64.whl"
-    wheel.write_bytes(b"")
+    wheel = project_wheel(tmp_path, "aarch64")
     assert build.find_wheel(tmp_path, "aarch64") == wheel
 
 
@@ -141,13 +142,19 @@ def test_host_tools_pin_the_cross_backend_as_the_build_image_does(tmp_path):
 WHEEL = "moe_kernels-0.1.0-py3-none-manylinux_2_28_aarch64.whl"
 
 
+def made_by(wheel: Path) -> str:
+    """Which fake build made a wheel: "<builder> <number of the run>"."""
+    with zipfile.ZipFile(wheel) as archive:
+        return archive.read("moe_kernels/made_by.txt").decode()
+
+
 def fake_builder(runs, fail_first=True):
     """Stands in for cibuildwheel: writes a wheel into its output, fails on the first call."""
 
     def run(job):
         runs.append(job.builder)
-        job.output.mkdir(parents=True)
-        (job.output / WHEEL).write_bytes(f"{job.builder} {len(runs)}".encode())
+        make_wheel(job.output, tag="py3-none-manylinux_2_28_aarch64",
+                   files={"moe_kernels/made_by.txt": f"{job.builder} {len(runs)}".encode()})
         if fail_first and len(runs) == 1:
             raise console.CommandFailed("build", ["cibuildwheel"], 1)
 
@@ -160,6 +167,7 @@ def build_kwargs(repo, tmp_path, monkeypatch):
     monkeypatch.setattr(build, "check_tag", lambda wheel, *args: audited.append((wheel.name, args[2])))
     monkeypatch.setattr(build, "builder_inputs", lambda job: [job.builder, job.build_image])
     monkeypatch.setattr(build.versioning, "project_version", lambda repo, python: "0.1.0")
+    monkeypatch.setattr(images, "image_exists", lambda tag: True)  # the fake build image
     return dict(repo=repo, wheelhouse=tmp_path / "wheelhouse", cache=tmp_path / "cache",
                 tools=build.Tools(["cibuildwheel"], "python"), steps=console.StepLog(), audited=audited)
 
@@ -191,11 +199,11 @@ def test_each_builder_keeps_its_own_wheel(arm, build_kwargs, monkeypatch):
     wheelhouse, cache = build_kwargs["wheelhouse"], build_kwargs["cache"]
     build.build_wheel(arm, "cross", images, **build_kwargs)
     build.build_wheel(arm, "cibuildwheel", images, **build_kwargs)
-    assert (wheelhouse / WHEEL).read_bytes() == b"cibuildwheel 2"
+    assert made_by(wheelhouse / WHEEL) == "cibuildwheel 2"
     assert build.built_by(wheelhouse / WHEEL, cache) == "cibuildwheel"
     # Switching back reuses the cross wheel instead of building it again.
     build.build_wheel(arm, "cross", images, **build_kwargs)
-    assert runs == ["cross", "cibuildwheel"] and (wheelhouse / WHEEL).read_bytes() == b"cross 1"
+    assert runs == ["cross", "cibuildwheel"] and made_by(wheelhouse / WHEEL) == "cross 1"
     assert build.built_by(wheelhouse / WHEEL, cache) == "cross"
 
 

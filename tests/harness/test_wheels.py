@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 
 from harness.wheels import download_closure, pip_download_command, platform_tags, requirement_lines
+from tests.harness.wheelfiles import make_wheel
 
 
 def test_platform_tags_cover_every_older_manylinux(x86, arm):
@@ -15,14 +15,6 @@ def test_platform_tags_cover_every_older_manylinux(x86, arm):
     assert "manylinux_2_16_aarch64" not in tags and "manylinux2014_aarch64" in tags
     x86_tags = platform_tags(x86)
     assert "manylinux_2_5_x86_64" in x86_tags and "manylinux1_x86_64" in x86_tags
-
-
-def make_wheel(directory: Path, name: str, version: str, requires: list[str]) -> None:
-    path = directory / f"{name}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as archive:
-        metadata = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
-        metadata += [f"Requires-Dist: {line}" for line in requires]
-        archive.writestr(f"{name}-{version}.dist-info/METADATA", "\n".join(metadata) + "\n")
 
 
 class FakeIndex:
@@ -37,7 +29,7 @@ class FakeIndex:
         for requirement in command[at + 1:]:
             name = Requirement(requirement).name
             version, requires = self.packages[name]
-            make_wheel(dest, name, version, requires)
+            make_wheel(dest, name, version, requires=requires)
 
 
 TORCH_REQUIRES = [
