@@ -14,6 +14,7 @@ from pathlib import Path
 from harness import build as builds
 from harness import console, containers, host, images, publish, suite
 from harness.errors import HarnessError
+from harness.gha import TEST_SESSIONS
 from harness.summary import write_summary
 from harness.targets import Target, load_targets, select
 
@@ -77,10 +78,11 @@ def _build(target: Target, builder: str, tools: builds.Tools, force: bool, steps
 def _test(target: Target, builder: str, wheel: Path, pytest_args: list[str],
           steps: console.StepLog) -> list[suite.RunRecord]:
     specs = images.ensure_images(target, WORK / "images", steps, upto="test")
-    records = suite.run_suite(
-        target, builder, test_image=specs["test"].tag, wheel=wheel, repo=REPO, reports=REPORTS,
-        steps=steps, pytest_args=pytest_args,
-    )
+    with images.image_in_use(specs["test"].tag, f"nox -s {TEST_SESSIONS[target.arch]}"):
+        records = suite.run_suite(
+            target, builder, test_image=specs["test"].tag, wheel=wheel, repo=REPO, reports=REPORTS,
+            steps=steps, pytest_args=pytest_args,
+        )
     publish.record_tested(target, wheel, records, REPORTS)  # what publish may upload
     return records
 
@@ -151,7 +153,10 @@ def matrix(posargs: Sequence[str], tools: builds.Tools) -> bool:
                     wheel = _build(target, builder, tools, options.force, steps)
                     records += _test(target, builder, wheel, options.pytest_args, steps)
                 except Exception as error:  # reported in the summary, then the next build
-                    traceback.print_exc()
+                    if isinstance(error, HarnessError):
+                        console.note(str(error))  # its message says it all
+                    else:
+                        traceback.print_exc()
                     why = f"{type(error).__name__}: {str(error).splitlines()[0]}"
                     records.append(suite.RunRecord.could_not_run(target, builder, why[:200]))
             background.shutdown(wait=True)
