@@ -134,9 +134,10 @@ Requires-Python: >=3.10
 """
 
 
-def make_wheel(directory: Path, arch: str, version: str = "1.0.0", payload: bytes = b"") -> Path:
+def make_wheel(directory: Path, arch: str, version: str = "1.0.0", payload: bytes = b"",
+               glibc: str = "2_34") -> Path:
     """A minimal but valid wheel of the project for arch (pip and twine accept it)."""
-    name = f"moe_kernels-{version}-py3-none-manylinux_2_34_{arch}.whl"
+    name = f"moe_kernels-{version}-py3-none-manylinux_{glibc}_{arch}.whl"
     dist_info = f"moe_kernels-{version}.dist-info"
     files = {
         "moe_kernels/__init__.py": b"ARCH = %r\n" % arch + payload,
@@ -144,7 +145,7 @@ def make_wheel(directory: Path, arch: str, version: str = "1.0.0", payload: byte
             version=version, requires=f"Requires-Dist: {_torch_pin(arch)}\n").encode(),
         f"{dist_info}/WHEEL": (
             f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\n"
-            f"Tag: py3-none-manylinux_2_34_{arch}\n").encode(),
+            f"Tag: py3-none-manylinux_{glibc}_{arch}\n").encode(),
     }
     record = []
     for path, data in files.items():
