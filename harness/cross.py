@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness import console, containers, host, versioning, wheels
-from harness.errors import HarnessError
+from harness.errors import HarnessError, writing
 from harness.targets import Target
 
 if TYPE_CHECKING:
@@ -82,14 +82,11 @@ def torch_dir(target: Target, cache: Path = TORCH_CACHE) -> Path:
     with tempfile.TemporaryDirectory(dir=cache) as scratch:
         download = Path(scratch) / "wheel"
         print(f"cross: fetching {target.torch} for {target.arch} (headers and libraries)", flush=True)
-        subprocess.run(
-            wheels.pip_download_command([target.torch], download, target, target.python_versions[0]),
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
+        wheels.pip_download([target.torch], download, target)
         (wheel,) = download.glob("torch-*.whl")
+        wheels.read_download(wheel, target, project="torch")
         staging = Path(scratch) / "unpacked"
-        with zipfile.ZipFile(wheel) as archive:
+        with writing(cache, f"nox -s build -- --arch {target.arch}"), zipfile.ZipFile(wheel) as archive:
             members = [n for n in archive.namelist()
                        if n.startswith(("torch/include/", "torch/lib/")) or n == "torch/version.py"]
             archive.extractall(staging, members)

@@ -110,11 +110,16 @@ def marker_environment(target: Target, python_version: str) -> dict[str, str]:
     }
 
 
-def wheel_dependencies(wheel: Path, target: Target) -> list[Requirement]:
-    headers = read_wheel(
+def read_download(wheel: Path, target: Target, project: str | None = None) -> Message:
+    """read_wheel for a wheel pip downloaded for the target."""
+    return read_wheel(
         wheel, f"pip fetched it for {target.arch}: remove the file where pip found it (a local wheel "
         f"directory, or pip's cache: pip cache remove {wheel.name.split('-')[0]}) and run again",
-        arch=target.arch)
+        project=project, arch=target.arch)
+
+
+def wheel_dependencies(wheel: Path, target: Target) -> list[Requirement]:
+    headers = read_download(wheel, target)
     return [Requirement(line) for line in headers.get_all("Requires-Dist") or []]
 
 
@@ -179,6 +184,19 @@ def _run(command: list[str]) -> None:
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
 
 
+def pip_download(requirements: Sequence[str], dest: Path, target: Target, *, run: Runner = _run) -> None:
+    """`pip download --no-deps` of requirements for the target; pip's failure is one
+    message pointing at pip's own, which it printed above."""
+    try:
+        run(pip_download_command(requirements, dest, target, target.python_versions[0]))
+    except subprocess.CalledProcessError:
+        raise HarnessError(
+            f"pip could not download {', '.join(requirements)} for {target.arch} (its error is above): "
+            f"fix what it names (a damaged file in a local wheel directory or in pip's cache: "
+            f"pip cache remove <project>; the network; the version) and run again"
+        ) from None
+
+
 def download_closure(
     requirements: Sequence[str],
     dest: Path,
@@ -203,14 +221,7 @@ def download_closure(
                 )
         to_fetch = [str(r) for name, r in merged.items() if name not in found]
         if to_fetch:
-            try:
-                run(pip_download_command(to_fetch, dest, target, python_version))
-            except subprocess.CalledProcessError:
-                raise HarnessError(
-                    f"pip could not download {', '.join(to_fetch)} for {target.arch} (its error is above): "
-                    f"fix what it names (a damaged file in a local wheel directory or in pip's cache: "
-                    f"pip cache remove <project>; the network; the version) and run again"
-                ) from None
+            pip_download(to_fetch, dest, target, run=run)
             for wheel in dest.glob("*.whl"):
                 name, version, _, _ = parse_wheel_filename(wheel.name)
                 found.setdefault(name, (str(version), wheel))

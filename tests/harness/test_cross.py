@@ -1,10 +1,10 @@
 from __future__ import annotations
 
 import os
-import zipfile
 from pathlib import Path
 
 from harness import cross
+from tests.harness.wheelfiles import elf_header, make_wheel
 
 
 def test_cross_env_points_cmake_the_pin_and_the_tag_at_the_target(arm, tmp_path):
@@ -36,12 +36,13 @@ def test_pip_wheel_builds_without_isolation_or_dependencies(tmp_path):
     assert {"--no-build-isolation", "--no-deps"} <= set(argv) and argv[-1] == str(tmp_path / "tree")
 
 
-def fake_torch_wheel(path: Path) -> None:
-    with zipfile.ZipFile(path, "w") as wheel:
-        wheel.writestr("torch/version.py", "__version__ = '2.10.0'\n")
-        wheel.writestr("torch/include/c10/x.h", "")
-        wheel.writestr("torch/lib/libc10.so", "")
-        wheel.writestr("torch/_C/big.py", "")  # not needed to compile: left out
+def fake_torch_wheel(directory: Path) -> Path:
+    return make_wheel(directory, "torch", "2.10.0", "cp311-cp311-manylinux_2_28_aarch64", files={
+        "torch/version.py": b"__version__ = '2.10.0'\n",
+        "torch/include/c10/x.h": b"",
+        "torch/lib/libc10.so": elf_header("aarch64"),
+        "torch/_C/big.py": b"",  # not needed to compile: left out
+    })
 
 
 def test_torch_dir_unpacks_headers_libraries_and_version_once(arm, tmp_path, monkeypatch):
@@ -50,9 +51,7 @@ def test_torch_dir_unpacks_headers_libraries_and_version_once(arm, tmp_path, mon
     def fake_run(argv, **kwargs):
         downloads.append(argv)
         (dest,) = [arg.removeprefix("--dest=") for arg in argv if arg.startswith("--dest=")]
-        out = Path(dest)
-        out.mkdir(parents=True, exist_ok=True)
-        fake_torch_wheel(out / "torch-2.10.0-cp311-cp311-manylinux_2_28_aarch64.whl")
+        fake_torch_wheel(Path(dest))
 
     monkeypatch.setattr(cross.subprocess, "run", fake_run)
     torch = cross.torch_dir(arm, tmp_path)

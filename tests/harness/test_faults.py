@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from packaging.utils import parse_wheel_filename
 
-from harness import build, console, host, images, publish
+from harness import build, console, cross, host, images, publish, wheels
 from harness.errors import HarnessError
 from harness.images import image_in_use
 from harness.wheels import download_closure, read_wheel
@@ -369,6 +369,18 @@ def test_a_wheel_pip_passes_but_whose_checksum_fails_is_named(tmp_path, arm):
         download_closure(["dep-one==1.0"], tmp_path / "dest", arm, run=pip_from(links))
     one_message(error, "dep_one-1.0-py3-none-any.whl is corrupt (dep_one/x.py fails its checksum)",
                 "pip cache remove dep_one", "run again")
+
+
+def test_a_damaged_torch_for_the_cross_build_is_named_and_nothing_is_unpacked(arm, tmp_path, monkeypatch):
+    def pip_gives_a_truncated_torch(requirements: list[str], dest: Path, target: object) -> None:
+        truncate(make_wheel(dest, "torch", "2.10.0", "cp311-cp311-manylinux_2_28_aarch64"))
+
+    monkeypatch.setattr(wheels, "pip_download", pip_gives_a_truncated_torch)
+    with pytest.raises(HarnessError) as error:
+        cross.torch_dir(arm, tmp_path / "cache")
+    one_message(error, "torch-2.10.0-cp311-cp311-manylinux_2_28_aarch64.whl is not a whole wheel",
+                "pip cache remove torch", "run again")
+    assert list((tmp_path / "cache").iterdir()) == []
 
 
 # --- an image removed under the harness -------------------------------------------------------
