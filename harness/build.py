@@ -25,11 +25,12 @@ import shutil
 import subprocess
 import tempfile
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from harness import console, containers, cross, versioning
-from harness.errors import HarnessError, writing
+from harness.errors import HarnessError, low_space, writing
 from harness.images import ImageSpec, image_in_use
 from harness.targets import Target
 from harness.wheels import read_wheel, requirement_lines
@@ -310,7 +311,7 @@ def build_wheel(
             try:
                 with writing(job.staged, rerun):
                     stage(repo, files, job.staged)
-                with image_in_use(build_image, rerun):
+                with builder_failure(rerun, cache, job.staged), image_in_use(build_image, rerun):
                     run_builder(job)
                     built = list(partial.glob("*.whl"))
                     if len(built) != 1 or not wheel_matches(built[0].name, target.arch):
@@ -333,6 +334,17 @@ def build_wheel(
         wheel = publish(kept / built[0].name, wheelhouse, target.arch)
         print(f"wheelhouse/{wheel.name} (built by {builder})", flush=True)
         return wheel
+
+
+@contextlib.contextmanager
+def builder_failure(rerun: str, *written: Path) -> Iterator[None]:
+    """A builder that exits with an error (a compile error, a full disk) is one message:
+    its output above says why."""
+    try:
+        yield
+    except console.CommandFailed as error:
+        raise HarnessError(f"{error} (its output is above){low_space(*written)}: fix what it names, "
+                           f"then run {rerun} again") from None
 
 
 def kept_wheel(stamp: Path, inputs: str, arch: str) -> Path | None:

@@ -26,11 +26,22 @@ _WRITE_FAULTS = {
 }
 
 
-def _free(directory: Path) -> str:
+# Less free space than this where a command wrote is named as a likely cause of its failure.
+LOW_SPACE_MIB = 512
+
+
+def free_mib(directory: Path) -> float | None:
+    """Free space on directory's file system (or its nearest existing parent's)."""
     for existing in (directory, *directory.parents):
         if existing.is_dir():
-            return f", {shutil.disk_usage(existing).free / 2**20:.1f} MiB free"
-    return ""
+            return shutil.disk_usage(existing).free / 2**20
+    return None
+
+
+def low_space(*directories: Path) -> str:
+    """"; only N MiB free in D" for each directory short of space, else ""."""
+    return "".join(f"; only {free:.1f} MiB free in {directory} (a full disk?)" for directory in directories
+                   if (free := free_mib(directory)) is not None and free < LOW_SPACE_MIB)
 
 
 @contextmanager
@@ -41,6 +52,6 @@ def writing(directory: Path, rerun: str) -> Iterator[None]:
         yield
     except OSError as error:
         what, fix = _WRITE_FAULTS.get(error.errno, (error.strerror or str(error), "fix that"))
-        if error.errno in (errno.ENOSPC, errno.EDQUOT):
-            what += _free(directory)
+        if error.errno in (errno.ENOSPC, errno.EDQUOT) and (free := free_mib(directory)) is not None:
+            what += f", {free:.1f} MiB free"
         raise HarnessError(f"could not write in {directory}: {what}: {fix}, then run {rerun} again") from None

@@ -178,7 +178,8 @@ def test_a_failed_build_leaves_no_wheel_and_a_good_one_is_reused(arm, build_kwar
     monkeypatch.setattr(build, "run_builder", fake_builder(runs))
     audited = build_kwargs.pop("audited")
     wheelhouse, cache = build_kwargs["wheelhouse"], build_kwargs["cache"]
-    with pytest.raises(console.CommandFailed):
+    with pytest.raises(HarnessError, match=r"^build: cibuildwheel exited with 1 \(its output is above\)"
+                       r".*: fix what it names, then run nox -s build -- --arch aarch64 again$"):
         build.build_wheel(arm, "cibuildwheel", images, **build_kwargs)
     assert list(wheelhouse.iterdir()) == [] and not list(cache.glob(".partial-*"))
     wheel = build.build_wheel(arm, "cibuildwheel", images, **build_kwargs)

@@ -256,6 +256,29 @@ def test_a_builder_that_makes_another_archs_code_is_stopped(tmp_path, build_whee
     assert not list((tmp_path / "cache").glob(".partial-*"))
 
 
+def test_a_builder_failing_on_a_full_cache_is_one_message_naming_the_space(mount, tmp_path, build_wheel,
+                                                                           monkeypatch):
+    cache = mount("1m")
+    (tmp_path / "cache").symlink_to(cache)
+
+    def builder_filling_the_disk(job: build.BuildJob) -> None:
+        job.output.mkdir(parents=True)
+        with pytest.raises(OSError), (job.output / "big.o").open("wb") as file:
+            file.write(os.urandom(2 << 20))  # as a compiler would, until the disk is full
+        raise console.CommandFailed("build x86_64", ["cibuildwheel"], 1)
+
+    monkeypatch.setattr(build, "run_builder", builder_filling_the_disk)
+    with pytest.raises(HarnessError) as error:
+        build_wheel()
+    one_message(error, "build x86_64: cibuildwheel exited with 1 (its output is above)",
+                f"MiB free in {tmp_path / 'cache'} (a full disk?)", "nox -s build -- --arch x86_64 again")
+    assert not list(cache.glob(".partial-*"))
+    remount(cache, "size=8m")
+    monkeypatch.setattr(build, "run_builder", fake_builder([]))
+    wheel, _ = build_wheel()
+    assert build.find_wheel(tmp_path / "wheelhouse", "x86_64") == wheel
+
+
 def test_a_read_only_build_cache_is_one_message_and_a_rerun_recovers(mount, tmp_path, build_wheel, monkeypatch):
     cache = mount("8m", read_only=True)
     (tmp_path / "cache").symlink_to(cache)
