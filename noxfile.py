@@ -42,7 +42,7 @@ def _run(session: nox.Session, flow: Callable[..., bool | None], *args: object) 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Host-side tests: the harness's unit tests and the aarch64 drift proofs (no Docker)."""
+    """Host-side tests: the harness's unit tests and the aarch64 drift proofs (Docker only for the image faults)."""
     # The drift proofs cross-compile, and the version tests ask setuptools-scm: the pinned backend.
     session.install("pytest", "packaging", *builds.backend_requirements())
     session.run("pytest", "tests/harness", "tests/drift", *session.posargs)

@@ -1,4 +1,4 @@
-"""Shared fixtures for the harness's unit tests (no Docker, no network)."""
+"""Shared fixtures for the harness's unit tests (no network; Docker only in test_faults.py)."""
 
 from __future__ import annotations
 
