@@ -25,6 +25,7 @@ from packaging.utils import parse_wheel_filename
 from harness import build, console, cross, host, images, publish, wheels
 from harness.errors import HarnessError
 from harness.images import image_in_use
+from harness.targets import Target, load_targets
 from harness.wheels import download_closure, read_wheel
 from tests.harness.wheelfiles import elf_header, make_wheel, project_wheel, truncate
 from tests.publish.support import make_sdist, publish_env, write_manifest
@@ -111,12 +112,12 @@ def test_a_missing_wheelhouse_is_made_again_by_a_build_and_named_by_a_test(tmp_p
 
 @dataclasses.dataclass(frozen=True)
 class FakeSpec:
+    """An image spec: all build_wheel reads of one is its tag."""
+
     tag: str
 
 
-def build_target():
-    from harness.targets import load_targets
-
+def build_target() -> Target:
     return load_targets(REPO / "pyproject.toml")["x86_64"]
 
 
