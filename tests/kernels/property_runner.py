@@ -80,9 +80,10 @@ def _at_offset(t: torch.Tensor, offset: int) -> torch.Tensor:
     return view
 
 
-def _flip(packed: torch.Tensor, expert: int, byte: int, bit: int) -> torch.Tensor:
+def _flip(packed: torch.Tensor, expert: int | None, byte: int, bit: int) -> torch.Tensor:
+    """One bit of an expert's block flipped, or of every expert's (None)."""
     flipped = packed.clone()
-    flipped[expert, byte] ^= 1 << bit
+    flipped[slice(None) if expert is None else expert, byte] ^= 1 << bit
     return flipped
 
 

@@ -305,9 +305,11 @@ def _name(dtype: torch.dtype) -> str:
 
 @st.composite
 def problems(draw: st.DrawFn, *, small: bool = False, methods: tuple[int, ...] = METHODS,
-             bias: bool | None = None, ids_dtype: torch.dtype | None = None) -> Problem:
-    """A valid call. ``small``: every dimension >= 2 and tiny, unpacked weights
-    (the base of an invalid call); ``bias``/``ids_dtype``: fixed instead of drawn."""
+             bias: bool | None = None, ids_dtype: torch.dtype | None = None,
+             block_sizes: tuple[tuple[int, int], ...] = BLOCK_SIZES) -> Problem:
+    """A valid call. ``small``: unpacked weights, every dimension >= 2 and tiny
+    (K <= 32, N <= 16: the base of the other calls); ``bias``/``ids_dtype``:
+    fixed instead of drawn."""
     method = draw(st.sampled_from(methods))
     dtype = draw(st.sampled_from(DTYPES))
     if small:
@@ -319,7 +321,7 @@ def problems(draw: st.DrawFn, *, small: bool = False, methods: tuple[int, ...] =
         E = draw(st.integers(1, 6))
         topk = draw(st.integers(1, E))
     seed = draw(st.integers(0, 2**16))
-    block_size = draw(st.sampled_from(BLOCK_SIZES))
+    block_size = draw(st.sampled_from(block_sizes))
     if bias is None:
         bias_dtype = draw(st.sampled_from((None,) + FLOAT_DTYPES))
     else:
@@ -586,3 +588,185 @@ def zero_size_calls(draw: st.DrawFn, dim: str, packed: bool) -> tuple[Problem, s
 @settings(max_examples=3, **SETTINGS)
 def test_zero_size_dimensions(sandbox: Sandbox, dim: str, packed: bool, data: st.DataObject) -> None:
     run_case(sandbox, *data.draw(zero_size_calls(dim, packed), label="call"))
+
+
+# --- huge dimensions ---------------------------------------------------------------
+
+@st.composite
+def thousands_of_slots(draw: st.DrawFn) -> Problem:
+    """A small problem routed through thousands of slots per token (experts
+    repeat, some slots unused)."""
+    problem = draw(problems(small=True))
+    M, E = problem.dims()["M"], problem.dims()["E"]
+    topk = draw(st.sampled_from((1000, 2048, 4099)))
+    gen = torch.Generator().manual_seed(topk)
+    ids = torch.randint(-1, E, (M, topk), generator=gen).to(problem.kwargs["topk_ids"].dtype)
+    weights = torch.rand(M, topk, generator=gen) / topk
+    return problem.with_(f"topk={topk}", topk_ids=ids, topk_weights=weights)
+
+
+@given(problem=thousands_of_slots())
+@settings(max_examples=6, **SETTINGS)
+def test_thousands_of_slots_per_token(sandbox: Sandbox, problem: Problem) -> None:
+    run_case(sandbox, problem, "result")
+
+
+def test_routed_copy_beyond_memory(sandbox: Sandbox) -> None:
+    """M x topk x K = 2**41 bf16 values to route (a terabyte) from 50 MB of inputs:
+    refused, or computed without that copy. Every slot is expert 0's, so the
+    reference adds the weights up first (the same sum)."""
+    topk, K = 2**22, 2**17
+    gen = torch.Generator().manual_seed(0)
+    kwargs = dict(
+        hidden_states=torch.randn(1, K, generator=gen).bfloat16(),
+        w1=(torch.randn(1, 2, K, generator=gen) / math.sqrt(K)).bfloat16(),
+        w2=torch.randn(1, K, 1, generator=gen).bfloat16(),
+        topk_weights=torch.full((1, topk), 1 / topk), topk_ids=torch.zeros(1, topk, dtype=torch.int32),
+        inplace=False, moe_comp_method=int(UNQUANT), is_vnni=False,
+    )
+    problem = Problem(kwargs, f"op: UNQUANT bfloat16 M=1 K={K} N=1 E=1 topk={topk}, every slot expert 0",
+                      reference_overrides=dict(topk_weights=torch.ones(1, 1), topk_ids=torch.zeros(1, 1, dtype=torch.int32)))
+    run_case(sandbox, problem, "either", ("hidden_states", "topk_ids", "topk_weights"))
+
+
+HUGE_BLOCKS = (2**31, 2**32 + 1, 2**62, 2**63 - 1)
+
+
+@st.composite
+def huge_block_sizes(draw: st.DrawFn) -> tuple[Problem, str, tuple[str, ...]]:
+    """FP8 with a block size near 2**63 (one block spans everything) and the
+    scales that implies, or empty scales (an overflowed block count would)."""
+    bn, bk = draw(st.sampled_from([(b, 16) for b in HUGE_BLOCKS] + [(16, b) for b in HUGE_BLOCKS]
+                                  + [(b, b) for b in HUGE_BLOCKS]))
+    # Small problems are at most 32 x 32: a block of >= 32 covers each matrix whole.
+    same = (min(bn, 32), min(bk, 32))
+    problem = draw(problems(small=True, methods=(FP8,), block_sizes=(same,)))
+    problem = dataclasses.replace(problem.with_(f"block_size=[{bn}, {bk}]", block_size=[bn, bk]),
+                                  reference_overrides={"block_size": list(same)})
+    if draw(st.booleans()):
+        return problem, "result", ()
+    empty = {name: problem.kwargs[name][:, :0].contiguous() for name in SCALES}
+    return problem.with_("empty scales", **empty), "error", SCALES + ("block_size",)
+
+
+@given(call=huge_block_sizes())
+@settings(max_examples=12, **SETTINGS)
+def test_block_size_near_int64_max(sandbox: Sandbox, call: tuple[Problem, str, tuple[str, ...]]) -> None:
+    run_case(sandbox, *call)
+
+
+# --- packed headers, views at byte offsets ---------------------------------------------
+
+def _small_problem(K: int, N: int, E: int = 3, dtype: torch.dtype = torch.bfloat16) -> Problem:
+    made = make_moe_problem(2, K, N, E, min(2, E), dtype)
+    return Problem(dict(made.arguments, inplace=False, is_vnni=False),
+                   f"op: UNQUANT {_name(dtype)} M=2 K={K} N={N} E={E} topk={min(2, E)}")
+
+
+def _int_values(bits: int, signed: bool) -> tuple[int, ...]:
+    if signed:
+        return (-1, 0, 1, 2, 2 ** (bits - 1) - 1, -(2 ** (bits - 1)), 2**31 - 1) if bits == 64 else (-1, 0, 1, 2)
+    return (0, 1, 2, 7, 2**bits - 1)
+
+
+# Values to forge each header field with (within the field's C type).
+FORGED_VALUES = {
+    "version": _int_values(32, False), "arch": _int_values(32, False),
+    "dtype": (0, 1, 5, 6, 15, 24, 44, -1), "layout": (-1, 0, 1, 2),
+    **{field: _int_values(64, True) + (2**58, 2**62) for field in ("rows", "cols", "ld", "sums_offset")},
+}
+# The header-only forgery whose sizes wrap int64 (packed_nbytes() then matches the
+# 64 bytes given): w1 claims 2**62 rows of K = 64, w2 2**61 columns.
+WRAPPED_HEADERS = {"w1": {"rows": 2**62}, "w2": {"cols": 2**61, "ld": 2**61}}
+
+
+def _forged(problem: Problem, forgeries: Mapping[str, Mapping[str, int]]) -> Problem:
+    for name, fields in forgeries.items():
+        elem = problem.kwargs[name].element_size()
+        problem = problem.step(f"{name} header forged {dict(fields)}", "forge", name, elem=elem, fields=dict(fields))
+    return problem
+
+
+def _flipped(problem: Problem, name: str, expert: int | None, byte: int, bit: int) -> Problem:
+    """Bit ``bit`` of byte ``byte`` of expert ``expert``'s block (None: every expert's) flipped."""
+    which = "every expert's" if expert is None else f"expert {expert}'s"
+    return problem.step(f"{name}: {which} header byte {byte} bit {bit} flipped", "flip", name,
+                        expert=expert, byte=byte, bit=bit)
+
+
+@st.composite
+def changed_headers(draw: st.DrawFn) -> tuple[Problem, str]:
+    """Packed weights with one bit of a header flipped, or one field forged."""
+    problem = draw(problems(small=True)).packed()
+    name = draw(st.sampled_from(("w1", "w2")))
+    if draw(st.booleans()):
+        expert = draw(st.one_of(st.none(), st.integers(0, problem.dims()["E"] - 1)))
+        return _flipped(problem, name, expert, draw(st.integers(0, 63)), draw(st.integers(0, 7))), name
+    field = draw(st.sampled_from(sorted(FORGED_VALUES)))
+    return _forged(problem, {name: {field: draw(st.sampled_from(FORGED_VALUES[field]))}}), name
+
+
+@given(change=changed_headers())
+# The layout byte (offset 20) of a 32-row bf16 w1: the tile layout at avx512_bf16.
+@example(change=(_flipped(_small_problem(32, 16).packed(), "w1", None, 20, 0), "w1"))
+@settings(max_examples=50, **SETTINGS)
+def test_changed_packed_headers(sandbox: Sandbox, change: tuple[Problem, str]) -> None:
+    """A changed header is refused, naming the weight, unless the change leaves
+    the weights' meaning intact (a spare byte, an expert the call does not
+    read): then the result is the reference's."""
+    problem, name = change
+    run_case(sandbox, problem, "either", (name, "is_vnni"))
+
+
+def test_forged_header_whose_size_wraps(sandbox: Sandbox) -> None:
+    problem = _forged(_small_problem(64, 8, E=1).packed(), WRAPPED_HEADERS)
+    run_case(sandbox, problem, "error", ("w1", "w2"))
+
+
+@st.composite
+def views_at_offsets(draw: st.DrawFn) -> tuple[Problem, str]:
+    """One tensor argument (packed weights included) as a view that starts an odd
+    number of its elements, not a multiple of 64 bytes, into a larger byte buffer
+    (as mmap'd or safetensors weights are)."""
+    problem = draw(problems())
+    name = draw(st.sampled_from([n for n in TENSOR_ARGS if problem.kwargs.get(n) is not None]))
+    packed = problem.kwargs["is_vnni"] and name in ("w1", "w2")
+    elem = 1 if packed else problem.kwargs[name].element_size()
+    offset = elem * draw(st.integers(1, 63 // elem))
+    return problem.step(f"{name} at byte offset {offset}", "offset", name, bytes=offset), name
+
+
+@given(view=views_at_offsets())
+@example(view=(_small_problem(32, 16).packed().step("w1 at byte offset 8", "offset", "w1", bytes=8), "w1"))
+@settings(max_examples=30, **SETTINGS)
+def test_views_at_byte_offsets(sandbox: Sandbox, view: tuple[Problem, str]) -> None:
+    """Handled (the reference's result), or refused naming the tensor."""
+    problem, name = view
+    run_case(sandbox, problem, "either", (name,))
+
+
+# --- convert_weight_packed ------------------------------------------------------------
+
+# (name, change of (weight, method), expected outcome)
+CONVERT_CHANGES = [
+    ("rows=0", lambda w, m: (w[:, :0].contiguous(), m), "either"),
+    ("cols=0", lambda w, m: (w[:, :, :0].contiguous(), m), "either"),
+    ("E=0", lambda w, m: (w[:0].contiguous(), m), "either"),
+    ("rank2", lambda w, m: (w[0].contiguous(), m), "error"),
+    ("rank4", lambda w, m: (w[None], m), "error"),
+    ("float64", lambda w, m: (w.double(), m), "error"),
+    ("int32", lambda w, m: (w.int(), m), "error"),
+    ("noncontiguous", lambda w, m: (w.transpose(1, 2), m), "error"),
+    ("other-method", lambda w, m: (w, int(FP8 if m == INT8 else INT8)), "error"),
+    *((f"method={m}", lambda w, _, m=m: (w, m), "error") for m in (3, 4, 5, -1, 2**63 - 1)),
+]
+
+
+@pytest.mark.parametrize("change, expect", [c[1:] for c in CONVERT_CHANGES], ids=[c[0] for c in CONVERT_CHANGES])
+@given(problem=problems(small=True))
+@settings(max_examples=2, **SETTINGS)
+def test_convert_weight_packed_bad_input(sandbox: Sandbox, change: Callable, expect: str, problem: Problem) -> None:
+    weight, method = change(problem.kwargs["w1"], problem.method)
+    call = Problem({"weight": weight, "moe_comp_method": method}, f"convert: {_describe(weight)} method {method}",
+                   call="convert")
+    run_case(sandbox, call, expect, tuple(CONVERT_ARGS))
