@@ -234,7 +234,7 @@ def run_case(sandbox: Sandbox, problem: Problem, expect: str, names: tuple[str, 
 
 
 def _fail(problem: Problem, what: str) -> None:
-    pytest.fail(f"{what}\ncase: {problem.description}", pytrace=False)
+    pytest.fail(f"case: {problem.description}\n{what}", pytrace=False)
 
 
 def _wrong_outcome(problem: Problem, expect: str, names: tuple[str, ...], answer: dict[str, Any]) -> str | None:
