@@ -54,7 +54,7 @@ def kernels(session: nox.Session) -> None:
     from harness import native
 
     session.install(native.host_torch_requirement(), *builds.backend_requirements(),
-                    "numpy", "pytest", "pytest-xdist")
+                    "hypothesis", "numpy", "pytest", "pytest-xdist")
     session.install("--no-build-isolation", ".")
     native.run_kernel_suite(session, ["-n", "2", *session.posargs])
 
