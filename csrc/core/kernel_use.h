@@ -43,15 +43,14 @@ inline constexpr int kKinds = static_cast<int>(Kind::kPackTiles) + 1;
 
 // The names the Python API reports, in Kind order.
 inline constexpr const char* kKindNames[kKinds] = {
-    "gemm_f32",    "gemm_bf16",  "gemm_s8",  "gemm_bf16_fp8",  "gemm_bf16_tiles",
-    "gemm_s8_tiles", "gemm_bf16_fp8_tiles", "fp8_to_bf16", "fp8_to_f32", "silu_and_mul",
-    "swiglu",      "quantize_row_s8", "add_weighted", "pack_rows", "pack_tiles"};
+    "gemm_f32", "gemm_bf16", "gemm_s8", "gemm_bf16_fp8", "gemm_bf16_tiles", "gemm_s8_tiles",
+    "gemm_bf16_fp8_tiles", "fp8_to_bf16", "fp8_to_f32", "silu_and_mul", "swiglu",
+    "quantize_row_s8", "add_weighted", "pack_rows", "pack_tiles"};
 
 // Every architecture's levels (isa() names), and "core": the driver's own
 // code, compiled for the baseline, which no level selects (packing).
-inline constexpr const char* kLevelNames[] = {"core",        "generic", "avx2", "avx512",
-                                              "avx512_bf16", "amx",     "neon", "dotprod",
-                                              "i8mm"};
+inline constexpr const char* kLevelNames[] = {
+    "core", "generic", "avx2", "avx512", "avx512_bf16", "amx", "neon", "dotprod", "i8mm"};
 inline constexpr int kLevels = sizeof(kLevelNames) / sizeof(kLevelNames[0]);
 
 constexpr bool same_name(const char* a, const char* b) {
