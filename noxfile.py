@@ -42,9 +42,12 @@ def _run(session: nox.Session, flow: Callable[..., bool | None], *args: object) 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Host-side tests: the harness's unit tests and the aarch64 drift proofs (Docker only for the image faults)."""
-    # The drift proofs cross-compile, and the version tests ask setuptools-scm: the pinned backend.
-    session.install("pytest", "packaging", *builds.backend_requirements())
+    """Host-side tests: the harness's unit tests and the drift proofs (Docker only for the image faults)."""
+    from harness import native
+
+    # The drift proofs cross-compile, and build and run the library natively (torch);
+    # the version tests ask setuptools-scm: the pinned backend.
+    session.install("pytest", "packaging", native.host_torch_requirement(), *builds.backend_requirements())
     session.run("pytest", "tests/harness", "tests/drift", *session.posargs)
 
 

@@ -35,4 +35,8 @@ int64_t packed_nbytes(int64_t rows, int64_t cols, at::ScalarType dtype);
 std::string isa();
 std::vector<std::string> supported_isas();
 
+// The kernels that ran since the library loaded, as JSON {"kind": {"level": calls}}:
+// the level is the one whose code ran (csrc/core/kernel_use.h).
+std::string kernel_use();
+
 }  // namespace moe_kernels

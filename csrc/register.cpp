@@ -22,6 +22,7 @@ TORCH_LIBRARY(moe_kernels, m) {
   m.def(moe_kernels::schema::packed_nbytes_schema);
   m.def(moe_kernels::schema::isa_schema);
   m.def(moe_kernels::schema::supported_isas_schema);
+  m.def(moe_kernels::schema::kernel_use_schema);
 }
 
 TORCH_LIBRARY_IMPL(moe_kernels, CPU, m) {
@@ -35,4 +36,5 @@ TORCH_LIBRARY_IMPL(moe_kernels, CompositeExplicitAutograd, m) {
   MOE_KERNELS_IMPL(m, packed_nbytes, moe_kernels::packed_nbytes);
   MOE_KERNELS_IMPL(m, isa, moe_kernels::isa);
   MOE_KERNELS_IMPL(m, supported_isas, moe_kernels::supported_isas);
+  MOE_KERNELS_IMPL(m, kernel_use, moe_kernels::kernel_use);
 }

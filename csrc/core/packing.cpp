@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/kernel_use.h"
 #include "core/kernels.h"
 #include "core/methods.h"
 #include "moe_kernels.h"
@@ -109,6 +110,8 @@ at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackA
   at::Tensor packed = at::empty({experts, block_bytes}, weight.options().dtype(at::kByte));
   const PackLayout layout =
       tiles && tiles_apply(rows, dtype) ? PackLayout::kTiles16 : PackLayout::kRows;
+  counting::count(layout == PackLayout::kTiles16 ? counting::Kind::kPackTiles : counting::Kind::kPackRows,
+                  counting::kCoreLevel);
   const PackedHeader header = make_header(rows, cols, dtype, arch, layout);
   const int64_t elem = c10::elementSize(dtype);
   const auto* src = static_cast<const uint8_t*>(weight.data_ptr());

@@ -6,7 +6,8 @@
 // and KernelSet defaults to that build; a level with wider vectors (AVX2,
 // AVX-512) exports its own build with compiled_here. The anonymous namespace
 // gives each translation unit its own copy: no level can pick up another's
-// code at link time.
+// code at link time, and each copy counts its calls as its level's
+// (core/kernel_use.h).
 //
 // The loops are branch-free, and the library is built with -fno-trapping-math,
 // so GCC vectorizes them (under -ftrapping-math it keeps any loop that does
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/kernel_use.h"
 #include "core/kernels.h"
 
 namespace moe_kernels::row_kernels {
@@ -57,6 +59,7 @@ inline __attribute__((always_inline)) float exp_approx(float x) {
 // out[j] = silu(gate[j] + gate_bias[j]) * (up[j] + up_bias[j]).
 void silu_and_mul(int64_t n, const float* gate, const float* up, const float* gate_bias, const float* up_bias,
                   float* out) {
+  MOE_KERNEL_USE(kSiluAndMul);
   for (int64_t j = 0; j < n; ++j) {
     const float g = gate[j] + gate_bias[j];
     out[j] = g / (1.f + exp_approx(-g)) * (up[j] + up_bias[j]);
@@ -65,6 +68,7 @@ void silu_and_mul(int64_t n, const float* gate, const float* up, const float* ga
 
 // gpt-oss's clamped SwiGLU on interleaved (gate, up) pairs h[2j], h[2j + 1].
 void swiglu(int64_t n, const float* h, const float* bias, float alpha, float limit, float* out) {
+  MOE_KERNEL_USE(kSwiglu);
   for (int64_t j = 0; j < n; ++j) {
     const float gate = std::min(h[2 * j] + bias[2 * j], limit);
     const float up = std::min(std::max(h[2 * j + 1] + bias[2 * j + 1], -limit), limit);
@@ -74,6 +78,7 @@ void swiglu(int64_t n, const float* h, const float* bias, float alpha, float lim
 
 // q = round(x / scale) with scale = max|x| / 127, NaNs skipped.
 void quantize_row_s8(int64_t n, const float* x, int8_t* q, float* scale) {
+  MOE_KERNEL_USE(kQuantizeRowS8);
   // The largest |x| as the bits of a non-negative float, which order as
   // integers do: an integer max, which vectorizes where a float max may not.
   int32_t amax_bits = 0;
@@ -96,6 +101,7 @@ void quantize_row_s8(int64_t n, const float* x, int8_t* q, float* scale) {
 
 // dst[j] += weight * (c[j] + bias[j]): an expert's output row into its token's sum.
 void add_weighted(int64_t n, float weight, const float* c, const float* bias, float* dst) {
+  MOE_KERNEL_USE(kAddWeighted);
   for (int64_t j = 0; j < n; ++j) dst[j] += weight * (c[j] + bias[j]);
 }
 

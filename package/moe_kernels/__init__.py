@@ -11,19 +11,23 @@ from . import _library
 _library.load()
 
 from .ops import (  # noqa: E402  (the ops exist only once the library is loaded)
+    KernelUse,
     MoeCompMethod,
     convert_weight_packed,
     fused_experts,
     isa,
+    kernel_use,
     supported_isas,
 )
 from .schemas import SCHEMAS  # noqa: E402
 
 __all__ = [
     "SCHEMAS",
+    "KernelUse",
     "MoeCompMethod",
     "convert_weight_packed",
     "fused_experts",
     "isa",
+    "kernel_use",
     "supported_isas",
 ]

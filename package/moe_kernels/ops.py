@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Mapping, Sequence
 from enum import IntEnum
 
 import torch
@@ -76,6 +77,29 @@ def isa() -> str:
 def supported_isas() -> list[str]:
     """Every kernel path this CPU can run, lowest first."""
     return list(torch.ops.moe_kernels.supported_isas())
+
+
+KernelUse = dict[str, dict[str, int]]
+"""Calls per kernel kind and per level whose code ran: {"gemm_s8": {"i8mm": 12, "dotprod": 3}}."""
+
+
+def kernel_use(since: Mapping[str, Mapping[str, int]] | None = None) -> KernelUse:
+    """The kernels that ran in this process since the library loaded, by kind and by the
+    level whose code ran ("core": the driver's own, e.g. packing) - not the selected level.
+
+    The counters only grow, so nothing another caller does can lose counts: for the
+    calls of a stretch of work, pass an earlier reading as ``since``.
+    """
+    totals: KernelUse = json.loads(torch.ops.moe_kernels.kernel_use())
+    if since is None:
+        return totals
+    calls: KernelUse = {}
+    for kind, levels in totals.items():
+        before = since.get(kind, {})
+        ran = {level: n - before.get(level, 0) for level, n in levels.items() if n > before.get(level, 0)}
+        if ran:
+            calls[kind] = ran
+    return calls
 
 
 @torch.library.register_fake("moe_kernels::fused_experts_cpu")

@@ -11,8 +11,6 @@ the same unit, so a failure can only come from the drift.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -38,17 +36,6 @@ def aarch64():
 def torch_dir(aarch64, tmp_path_factory):
     cache = REPO / ".cache" / "cross"
     return cross.torch_dir(aarch64, cache)
-
-
-def scratch_tree(destination: Path) -> Path:
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, check=True,
-                           capture_output=True, text=True).stdout.split("\0")
-    for name in filter(None, files):
-        target = destination / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if (REPO / name).is_file():
-            shutil.copy2(REPO / name, target)
-    return destination
 
 
 def compile_unit(tree: Path, build: Path, aarch64, torch_dir, source: str):
@@ -94,7 +81,7 @@ def register_legacy_kernel_on_aarch64(tree: Path) -> None:
      (REGISTER, register_legacy_kernel_on_aarch64, "aarch64 build")],
     ids=["aarch64-definition-with-13-arguments", "registration-differs-on-aarch64"],
 )
-def test_aarch64_drift_fails_the_build(tmp_path, aarch64, torch_dir, source, edit, where):
+def test_aarch64_drift_fails_the_build(tmp_path, aarch64, torch_dir, scratch_tree, source, edit, where):
     pristine_code, pristine_log = compile_unit(REPO, tmp_path / "pristine", aarch64, torch_dir, source)
     assert pristine_code == 0, pristine_log
 

@@ -4,9 +4,32 @@ The suite runs unchanged on every architecture and ISA level: natively once per
 MOE_KERNELS_ISA level, and on aarch64 under QEMU, so shapes stay tiny.
 """
 
+import json
+import os
+from pathlib import Path
+
+import pytest
 import torch
 
 # pytest-xdist runs one worker per core; ATen threads on top of that only contend
 # on these tiny shapes. test_fused_experts.py::test_parallel_* turns threads back
 # on where the kernel's work splitting is under test.
 torch.set_num_threads(1)
+
+
+def _runs_no_tests(config: pytest.Config) -> bool:
+    """pytest-xdist's controller: its workers run the tests and write their own reports."""
+    return getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Which kernels this process ran, for the run's summary: every level's code the
+    suite reached, over the whole session (moe_kernels.kernel_use never resets)."""
+    report_dir = os.environ.get("MOE_KERNELS_REPORT_DIR")
+    if not report_dir or _runs_no_tests(session.config):
+        return
+    import moe_kernels
+
+    report = {"isa": moe_kernels.isa(), "counts": moe_kernels.kernel_use()}
+    path = Path(report_dir) / f"kernel-use-{os.getpid()}.json"
+    path.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "arch/arm/kernels_arm.h"
+#include "core/kernel_use.h"
 #include "core/kernels.h"
 
 namespace moe_kernels {
@@ -24,6 +25,7 @@ void gemm_s8_dotprod(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t l
   if (k < S8DotOps::kW) {
     return gemm_s8_neon(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
   }
+  MOE_KERNEL_USE(kGemmS8);
   gemm_dot<S8DotOps, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc, a_scale, b_scale);
 }
 

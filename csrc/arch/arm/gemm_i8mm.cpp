@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "arch/arm/kernels_arm.h"
+#include "core/kernel_use.h"
 #include "core/kernels.h"
 
 namespace moe_kernels {
@@ -170,6 +171,7 @@ void gemm_mmla(int64_t m, int64_t n, int64_t k, const typename Ops::T* a, int64_
 void gemm_bf16_i8mm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                     const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
   if (k < MmlaBF16::kW) return gemm_bf16_neon(m, n, k, a, lda, b, ldb, c, ldc);
+  MOE_KERNEL_USE(kGemmBF16);
   if (m == 1) {
     return gemm_dot<BF16DotOps, 1, 8, 8>(m, n, k, a, lda, b, ldb, c, ldc, nullptr, nullptr);
   }
@@ -182,6 +184,7 @@ void gemm_s8_i8mm(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
                   const int32_t* b_sum, float* c, int64_t ldc) {
   if (m == 1) return gemm_s8_dotprod(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
   if (k < MmlaS8::kW) return gemm_s8_neon(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
+  MOE_KERNEL_USE(kGemmS8);
   gemm_mmla<MmlaS8>(m, n, k, a, lda, b, ldb, c, ldc, a_scale, b_scale);
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "arch/arm/kernels_arm.h"
+#include "core/kernel_use.h"
 #include "core/kernels.h"
 
 namespace moe_kernels {
@@ -86,6 +87,7 @@ void gemm_short_k(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, cons
 
 void gemm_f32_neon(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                    int64_t ldb, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmF32);
   if (k < F32Ops::kW) {
     return gemm_short_k<float>(m, n, k, a, lda, b, ldb, c, ldc, nullptr, nullptr,
                                [](float x) { return x; });
@@ -95,6 +97,7 @@ void gemm_f32_neon(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
 
 void gemm_bf16_neon(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                     const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmBF16);
   if (k < BF16Ops::kW) {
     return gemm_short_k<float>(m, n, k, a, lda, b, ldb, c, ldc, nullptr, nullptr, bf16_to_f32);
   }
@@ -105,6 +108,7 @@ void gemm_bf16_neon(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t 
 void gemm_s8_neon(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
                   const float* a_scale, const int8_t* b, int64_t ldb, const float* b_scale,
                   const int32_t* /*b_sum*/, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmS8);
   if (k < S8Ops::kW) {
     return gemm_short_k<int32_t>(m, n, k, a, lda, b, ldb, c, ldc, a_scale, b_scale,
                                  [](int8_t x) { return int32_t{x}; });

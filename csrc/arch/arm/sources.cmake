@@ -6,9 +6,6 @@ target_sources(_ops PRIVATE
   csrc/arch/arm/gemm_neon.cpp
   csrc/arch/arm/gemm_dotprod.cpp
   csrc/arch/arm/gemm_i8mm.cpp)
-set_source_files_properties(csrc/arch/arm/gemm_neon.cpp PROPERTIES
-  COMPILE_OPTIONS "-march=armv8-a")
-set_source_files_properties(csrc/arch/arm/gemm_dotprod.cpp PROPERTIES
-  COMPILE_OPTIONS "-march=armv8.2-a+dotprod")
-set_source_files_properties(csrc/arch/arm/gemm_i8mm.cpp PROPERTIES
-  COMPILE_OPTIONS "-march=armv8.6-a+dotprod+i8mm+bf16")
+moe_level_source(csrc/arch/arm/gemm_neon.cpp neon -march=armv8-a)
+moe_level_source(csrc/arch/arm/gemm_dotprod.cpp dotprod -march=armv8.2-a+dotprod)
+moe_level_source(csrc/arch/arm/gemm_i8mm.cpp i8mm -march=armv8.6-a+dotprod+i8mm+bf16)

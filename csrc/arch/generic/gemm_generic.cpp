@@ -8,6 +8,7 @@
 #include <limits>
 #include <memory>
 
+#include "core/kernel_use.h"
 #include "core/kernels.h"
 #include "core/row_kernels.h"
 
@@ -49,6 +50,7 @@ void fp8_row(int64_t cols, const uint8_t* src, const float* scale, int64_t block
 
 void gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
               int64_t ldb, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmF32);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       float acc = 0.f;
@@ -60,6 +62,7 @@ void gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, cons
 
 void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
                int64_t ldb, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmBF16);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       float acc = 0.f;
@@ -72,6 +75,7 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, 
 void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
              const int8_t* b, int64_t ldb, const float* b_scale, const int32_t* /*b_sum*/, float* c,
              int64_t ldc) {
+  MOE_KERNEL_USE(kGemmS8);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       int32_t acc = 0;
@@ -85,11 +89,13 @@ void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, cons
 
 void fp8_to_bf16_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
                          uint16_t* dst) {
+  MOE_KERNEL_USE(kFp8ToBF16);
   fp8_row(cols, src, scale, block_k, dst, float_to_bf16);
 }
 
 void fp8_to_f32_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
                         float* dst) {
+  MOE_KERNEL_USE(kFp8ToF32);
   fp8_row(cols, src, scale, block_k, dst, [](float v) { return v; });
 }
 

@@ -7,7 +7,8 @@
 // across 16 columns ("VNNI" layout); weights are rows of K values, so each
 // 16-row block of b is transposed (as 16 x 16 groups) into a panel once per
 // call and then meets every row block of a - unless convert_weight_packed
-// stored them in that layout already (gemm_*_tiles).
+// stored them in that layout already (gemm_*_tiles). A call handed to
+// avx512_bf16's kernel is counted there, as that level's (core/kernel_use.h).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
@@ -18,6 +19,7 @@
 #include <cstring>
 
 #include "arch/x86/kernels_x86.h"
+#include "core/kernel_use.h"
 #include "core/kernels.h"
 
 namespace moe_kernels {
@@ -259,6 +261,7 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, 
     kernels_avx512_bf16().gemm_bf16(m, n, k, a, lda, b, ldb, c, ldc);
     return;
   }
+  MOE_KERNEL_USE(kGemmBF16);
   const auto* rows = reinterpret_cast<const uint8_t*>(b);
   tile_gemm(
       m, n, 2 * k, reinterpret_cast<const uint8_t*>(a), 2 * lda,
@@ -273,6 +276,7 @@ void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, cons
     kernels_avx512_bf16().gemm_s8(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
     return;
   }
+  MOE_KERNEL_USE(kGemmS8);
   const auto* rows = reinterpret_cast<const uint8_t*>(b);
   tile_gemm(
       m, n, k, reinterpret_cast<const uint8_t*>(a), lda,
@@ -427,6 +431,7 @@ void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t l
     kernels_avx512_bf16().gemm_bf16_fp8(m, n, k, a, lda, b, ldb, scales, c, ldc);
     return;
   }
+  MOE_KERNEL_USE(kGemmBF16Fp8);
   fp8_tile_gemm(m, n, k, a, lda, scales, c, ldc,
                 [&](int64_t j, int rows, uint8_t* panel) { widen_panel(b, ldb, j, rows, k, panel); });
 }
@@ -439,6 +444,7 @@ void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
     kernels_avx512_bf16().gemm_bf16_fp8_tiles(m, n, k, a, lda, b, ldb, scales, c, ldc);
     return;
   }
+  MOE_KERNEL_USE(kGemmBF16Fp8Tiles);
   const x86::E4m3ToBF16 e4m3_to_bf16;
   fp8_tile_gemm(m, n, k, a, lda, scales, c, ldc, [&](int64_t j, int, uint8_t* panel) {
     x86::widen_fp8_lines(e4m3_to_bf16, b + j * ldb, k, panel);
@@ -453,6 +459,7 @@ void gemm_bf16_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t
     kernels_avx512_bf16().gemm_bf16_tiles(m, n, k, a, lda, b, ldb, c, ldc);
     return;
   }
+  MOE_KERNEL_USE(kGemmBF16Tiles);
   tile_gemm_packed(m, n, 2 * k, reinterpret_cast<const uint8_t*>(a), 2 * lda, reinterpret_cast<const uint8_t*>(b),
                    DotBF16{}, StoreF32{c, ldc});
 }
@@ -463,6 +470,7 @@ void gemm_s8_tiles(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda
     kernels_avx512_bf16().gemm_s8_tiles(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
     return;
   }
+  MOE_KERNEL_USE(kGemmS8Tiles);
   tile_gemm_packed(m, n, k, reinterpret_cast<const uint8_t*>(a), lda, reinterpret_cast<const uint8_t*>(b),
                    DotS8{}, StoreScaledS32{a_scale, b_scale, c, ldc});
 }

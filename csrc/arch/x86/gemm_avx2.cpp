@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "arch/x86/kernels_x86.h"
+#include "core/kernel_use.h"
 #include "core/kernels.h"
 #include "core/row_kernels.h"
 
@@ -200,17 +201,20 @@ struct S8Tiles {
 
 void gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
               int64_t ldb, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmF32);
   x86::gemm_float<F32, 3, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
                int64_t ldb, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmBF16);
   x86::gemm_float<BF16, 2, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
              const int8_t* b, int64_t ldb, const float* b_scale, const int32_t* /*b_sum*/, float* c,
              int64_t ldc) {
+  MOE_KERNEL_USE(kGemmS8);
   S8Tiles t{a, lda, a_scale, b, ldb, b_scale, c, ldc};
   x86::gemm_tiled(t, m, n, k);
 }
@@ -258,6 +262,7 @@ void fp8_row(int64_t cols, const uint8_t* src, const float* scale, int64_t block
 }
 
 void fp8_to_bf16(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, uint16_t* dst) {
+  MOE_KERNEL_USE(kFp8ToBF16);
   fp8_row(cols, src, scale, block_k, dst);
 }
 
@@ -349,11 +354,13 @@ struct Fp8Tiles {
 
 void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b, int64_t ldb,
                    const Fp8Scales& scales, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmBF16Fp8);
   Fp8Tiles t{a, lda, b, ldb, scales, c, ldc};
   x86::gemm_tiled(t, m, n, k);
 }
 
 void fp8_to_f32(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, float* dst) {
+  MOE_KERNEL_USE(kFp8ToF32);
   fp8_row(cols, src, scale, block_k, dst);
 }
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "arch/x86/kernels_x86.h"
+#include "core/kernel_use.h"
 #include "core/kernels.h"
 #include "core/row_kernels.h"
 
@@ -205,11 +206,13 @@ struct S8Tiles {
 
 void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
                int64_t ldb, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmBF16);
   x86::gemm_float<BF16, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 // fp32 to bf16, rounding to nearest even (the values are finite or quiet NaN).
 void fp8_to_bf16(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, uint16_t* dst) {
+  MOE_KERNEL_USE(kFp8ToBF16);
   x86::fp8_row_avx512(cols, src, scale, block_k, dst, [](uint16_t* d, __m512 v, __mmask16 lanes) {
     const __m512i bits = _mm512_castps_si512(v);
     const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
@@ -225,17 +228,20 @@ constexpr KernelSet kKernels = row_kernels::compiled_here(
 
 void avx512::gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
                       int64_t ldb, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmF32);
   x86::gemm_float<F32, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 void avx512::gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
                      const float* a_scale, const int8_t* b, int64_t ldb, const float* b_scale,
                      const int32_t* b_sum, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmS8);
   S8Tiles t{a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc, {}};
   x86::gemm_tiled(t, m, n, k);
 }
 
 void avx512::fp8_to_f32(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, float* dst) {
+  MOE_KERNEL_USE(kFp8ToF32);
   x86::fp8_row_avx512(cols, src, scale, block_k, dst,
                       [](float* d, __m512 v, __mmask16 lanes) { _mm512_mask_storeu_ps(d, lanes, v); });
 }

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "arch/x86/kernels_x86.h"
+#include "core/kernel_use.h"
 #include "core/kernels.h"
 #include "core/row_kernels.h"
 
@@ -122,12 +123,14 @@ struct Fp8Tiles {
 
 void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b, int64_t ldb,
                    const Fp8Scales& scales, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmBF16Fp8);
   Fp8Tiles t{a, lda, b, ldb, scales, c, ldc, {}};
   x86::gemm_tiled(t, m, n, k);
 }
 
 void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
                int64_t ldb, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmBF16);
   x86::gemm_float<DpBF16, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc);
 }
 
@@ -138,6 +141,7 @@ constexpr int64_t kWidenAhead = 1024;
 
 // 32 values at a time (x86::fp8_scaled_bf16).
 void fp8_to_bf16(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, uint16_t* dst) {
+  MOE_KERNEL_USE(kFp8ToBF16);
   const x86::E4m3ToBF16 e4m3_to_bf16;
   for (int64_t c0 = 0; c0 < cols; c0 += block_k) {
     const int64_t c1 = cols - c0 < block_k ? cols : c0 + block_k;
@@ -287,12 +291,14 @@ void line_gemm(const Op& op, int64_t m, int64_t n, int64_t k_bytes, const uint8_
 
 void gemm_bf16_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
                      int64_t, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmBF16Tiles);
   line_gemm(LinesBF16{c, ldc}, m, n, 2 * k, reinterpret_cast<const uint8_t*>(a), 2 * lda,
             reinterpret_cast<const uint8_t*>(b));
 }
 
 void gemm_s8_tiles(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
                    const int8_t* b, int64_t, const float* b_scale, const int32_t* b_sum, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmS8Tiles);
   line_gemm(LinesU8S8{a_scale, b_scale, b_sum, c, ldc}, m, n, k, reinterpret_cast<const uint8_t*>(a), lda,
             reinterpret_cast<const uint8_t*>(b));
 }
@@ -435,6 +441,7 @@ void widen_fp8_lines_scaled(const x86::E4m3ToBF16& e4m3_to_bf16, const uint8_t* 
 // faster at M = 128 and 512 (2 threads, DeepSeek and Qwen3 shapes).
 void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
                          int64_t ldb, const Fp8Scales& sc, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmBF16Fp8Tiles);
   if (sc.block_k % 4 != 0) {
     gemm_bf16_fp8_block_rows(m, n, k, a, lda, b, ldb, sc, c, ldc);
     return;

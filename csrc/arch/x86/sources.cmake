@@ -7,11 +7,11 @@ target_sources(_ops PRIVATE
   csrc/arch/x86/gemm_avx512.cpp
   csrc/arch/x86/gemm_avx512_bf16.cpp
   csrc/arch/x86/gemm_amx.cpp)
-set_source_files_properties(csrc/arch/x86/gemm_avx2.cpp PROPERTIES
-  COMPILE_OPTIONS "-mavx2;-mfma;-mf16c")
-set_source_files_properties(csrc/arch/x86/gemm_avx512.cpp PROPERTIES
-  COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni")
-set_source_files_properties(csrc/arch/x86/gemm_avx512_bf16.cpp PROPERTIES
-  COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;-mavx512vbmi")
-set_source_files_properties(csrc/arch/x86/gemm_amx.cpp PROPERTIES
-  COMPILE_OPTIONS "-mavx2;-mfma;-mf16c;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;-mavx512vbmi;-mamx-tile;-mamx-bf16;-mamx-int8")
+moe_level_source(csrc/arch/x86/gemm_avx2.cpp avx2 -mavx2 -mfma -mf16c)
+moe_level_source(csrc/arch/x86/gemm_avx512.cpp avx512
+  -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni)
+moe_level_source(csrc/arch/x86/gemm_avx512_bf16.cpp avx512_bf16
+  -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx512vbmi)
+moe_level_source(csrc/arch/x86/gemm_amx.cpp amx
+  -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mavx512vbmi
+  -mamx-tile -mamx-bf16 -mamx-int8)

@@ -1,0 +1,97 @@
+// Which kernels ran: calls per kernel kind and per level whose code ran.
+//
+// Selecting a level (isa()) proves nothing about the kernels its KernelSet
+// hands out: a level that takes another level's function still reports its
+// own name. So each kernel counts its own calls, naming the level of the
+// translation unit that defines it (MOE_KERNELS_LEVEL, set per source file
+// next to its ISA flags in CMakeLists.txt and csrc/arch/<arch>/sources.cmake).
+// A level's code that hands a call to another level's function leaves the
+// count to that function, so each call counts the level that did its work.
+//
+// Always on, in every build: the wheels under test are the wheels shipped,
+// and a count that only test builds keep would prove nothing about the
+// others. Cheap enough for that: one count per kernel call (a GEMM call covers
+// a block of the output, a row kernel a row), never per element, into this
+// thread's own counters - a thread-local increment, no contended atomics.
+//
+// No C++ library headers and nothing inline with external linkage: this is
+// included by files compiled with ISA flags (kernels.h says why).
+#pragma once
+
+#include <cstdint>
+
+namespace moe_kernels::counting {
+
+enum class Kind : int {
+  kGemmF32,
+  kGemmBF16,
+  kGemmS8,
+  kGemmBF16Fp8,
+  kGemmBF16Tiles,
+  kGemmS8Tiles,
+  kGemmBF16Fp8Tiles,
+  kFp8ToBF16,
+  kFp8ToF32,
+  kSiluAndMul,
+  kSwiglu,
+  kQuantizeRowS8,
+  kAddWeighted,
+  kPackRows,
+  kPackTiles,
+};
+inline constexpr int kKinds = static_cast<int>(Kind::kPackTiles) + 1;
+
+// The names the Python API reports, in Kind order.
+inline constexpr const char* kKindNames[kKinds] = {
+    "gemm_f32", "gemm_bf16", "gemm_s8", "gemm_bf16_fp8", "gemm_bf16_tiles", "gemm_s8_tiles",
+    "gemm_bf16_fp8_tiles", "fp8_to_bf16", "fp8_to_f32", "silu_and_mul", "swiglu",
+    "quantize_row_s8", "add_weighted", "pack_rows", "pack_tiles"};
+
+// Every architecture's levels (isa() names), and "core": the driver's own
+// code, compiled for the baseline, which no level selects (packing).
+inline constexpr const char* kLevelNames[] = {
+    "core", "generic", "avx2", "avx512", "avx512_bf16", "amx", "neon", "dotprod", "i8mm"};
+inline constexpr int kLevels = sizeof(kLevelNames) / sizeof(kLevelNames[0]);
+
+constexpr bool same_name(const char* a, const char* b) {
+  while (*a != '\0' && *a == *b) {
+    ++a;
+    ++b;
+  }
+  return *a == *b;
+}
+
+// The index of a level name in kLevelNames, or -1.
+constexpr int level_index(const char* name) {
+  for (int i = 0; i < kLevels; ++i) {
+    if (same_name(kLevelNames[i], name)) return i;
+  }
+  return -1;
+}
+
+inline constexpr int kCoreLevel = level_index("core");
+
+// Adds one call of `kind` by `level`'s code to this thread's counters.
+void count(Kind kind, int level) noexcept;
+
+// The totals of every thread, past and present, since the library loaded:
+// calls[kind * kLevels + level]. Counters only grow; a caller that wants the
+// calls of a stretch of work takes the difference of two reads.
+void totals(uint64_t (&calls)[kKinds * kLevels]);
+
+}  // namespace moe_kernels::counting
+
+// MOE_KERNEL_USE(kKind): one call of this kernel, by this file's level.
+#if defined(MOE_KERNELS_LEVEL)
+namespace moe_kernels::counting {
+namespace {
+constexpr int kThisLevel = level_index(MOE_KERNELS_LEVEL);
+static_assert(kThisLevel >= 0, "MOE_KERNELS_LEVEL names no level of counting::kLevelNames");
+}  // namespace
+}  // namespace moe_kernels::counting
+#define MOE_KERNEL_USE(kind) \
+  ::moe_kernels::counting::count(::moe_kernels::counting::Kind::kind, ::moe_kernels::counting::kThisLevel)
+#else
+#define MOE_KERNEL_USE(kind) \
+  static_assert(false, "this file counts kernel calls, but its build sets no MOE_KERNELS_LEVEL (sources.cmake)")
+#endif

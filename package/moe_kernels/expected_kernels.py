@@ -1,0 +1,101 @@
+"""Which level's code must run each kernel kind, for every level of every architecture.
+
+Declared here once, from each level's design, and never derived from the build
+under test: a level whose KernelSet quietly hands out another level's kernel
+reports its own name in ``isa()`` and computes the right numbers, and only this
+table says it should not have. ``moe_kernels.kernel_use()`` reports what ran.
+
+A kind missing from a level's table is one that level never runs. A fallback is
+a lower level's kernel that the level's own kernel hands some calls to by design
+(with the condition); everything else of that kind must be the level's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = ["ARCHITECTURE_LEVELS", "EXPECTED_KERNELS", "ROW_KERNELS", "Expected"]
+
+# The kernels of the driver's row loops (core/row_kernels.h), built by the levels that export their own.
+ROW_KERNELS = ("silu_and_mul", "swiglu", "quantize_row_s8", "add_weighted")
+
+
+@dataclass(frozen=True)
+class Expected:
+    """``level``'s code must do this kind's work, but for the ``fallbacks``: {lower level: when}."""
+
+    level: str
+    fallbacks: Mapping[str, str] = field(default_factory=dict)
+
+
+# Each architecture's levels, lowest first (isa() names).
+ARCHITECTURE_LEVELS: Mapping[str, tuple[str, ...]] = {
+    "x86_64": ("generic", "avx2", "avx512", "avx512_bf16", "amx"),
+    "aarch64": ("generic", "neon", "dotprod", "i8mm"),
+}
+
+
+def _level(level: str, kinds: tuple[str, ...]) -> dict[str, Expected]:
+    return {kind: Expected(level) for kind in kinds}
+
+
+_PACK_ROWS = {"pack_rows": Expected("core")}
+_PACK_BOTH = {"pack_rows": Expected("core"), "pack_tiles": Expected("core")}
+# fp8 weights widened for the GEMM: rows for a bf16 GEMM, or for fp32 compute.
+_FP8_ROWS = ("fp8_to_bf16", "fp8_to_f32")
+_AMX_FEW_ROWS = "fewer than 4 rows of a"
+
+EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
+    "generic": {
+        **_level("generic", ("gemm_f32", "gemm_bf16", "gemm_s8", *_FP8_ROWS, *ROW_KERNELS)),
+        **_PACK_ROWS,
+    },
+    "avx2": {
+        **_level("avx2", ("gemm_f32", "gemm_bf16", "gemm_s8", "gemm_bf16_fp8", *_FP8_ROWS, *ROW_KERNELS)),
+        **_PACK_ROWS,
+    },
+    # No fused fp8 GEMM: fp8 rows are widened (fp8_to_bf16) for gemm_bf16.
+    "avx512": {
+        **_level("avx512", ("gemm_f32", "gemm_bf16", "gemm_s8", *_FP8_ROWS, *ROW_KERNELS)),
+        **_PACK_ROWS,
+    },
+    # avx512 with its own bf16 and fp8 GEMMs, fp8 to bf16 widening and tile-layout GEMMs.
+    "avx512_bf16": {
+        **_level("avx512", ("gemm_f32", "gemm_s8", "fp8_to_f32")),
+        **_level("avx512_bf16", ("gemm_bf16", "gemm_bf16_fp8", "fp8_to_bf16", "gemm_bf16_tiles",
+                                 "gemm_s8_tiles", "gemm_bf16_fp8_tiles", *ROW_KERNELS)),
+        **_PACK_BOTH,
+    },
+    # avx512_bf16 with tile GEMMs from 4 rows of a; fp8 is never widened into rows for bf16.
+    "amx": {
+        **_level("avx512", ("gemm_f32", "fp8_to_f32")),
+        "gemm_bf16": Expected("amx", {"avx512_bf16": f"{_AMX_FEW_ROWS}, or K not a multiple of 32"}),
+        "gemm_s8": Expected("amx", {"avx512": f"{_AMX_FEW_ROWS}, or K not a multiple of 64"}),
+        "gemm_bf16_fp8": Expected("amx", {"avx512_bf16": f"{_AMX_FEW_ROWS}, or K or block_k not a multiple of 32"}),
+        "gemm_bf16_tiles": Expected("amx", {"avx512_bf16": _AMX_FEW_ROWS}),
+        "gemm_s8_tiles": Expected("amx", {"avx512_bf16": _AMX_FEW_ROWS}),
+        "gemm_bf16_fp8_tiles": Expected("amx", {"avx512_bf16": f"{_AMX_FEW_ROWS}, or block_k not a multiple of 32"}),
+        **_level("avx512_bf16", ROW_KERNELS),
+        **_PACK_BOTH,
+    },
+    # aarch64: the row loops and fp8 widening are the generic level's at every level.
+    "neon": {
+        **_level("neon", ("gemm_f32", "gemm_bf16", "gemm_s8")),
+        **_level("generic", (*_FP8_ROWS, *ROW_KERNELS)),
+        **_PACK_ROWS,
+    },
+    "dotprod": {
+        **_level("neon", ("gemm_f32", "gemm_bf16")),
+        "gemm_s8": Expected("dotprod", {"neon": "K below 16"}),
+        **_level("generic", (*_FP8_ROWS, *ROW_KERNELS)),
+        **_PACK_ROWS,
+    },
+    "i8mm": {
+        **_level("neon", ("gemm_f32",)),
+        "gemm_bf16": Expected("i8mm", {"neon": "K below 8"}),
+        "gemm_s8": Expected("i8mm", {"dotprod": "one row of a (decode)", "neon": "K below 16"}),
+        **_level("generic", (*_FP8_ROWS, *ROW_KERNELS)),
+        **_PACK_ROWS,
+    },
+}

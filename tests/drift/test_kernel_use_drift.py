@@ -1,0 +1,115 @@
+"""A level that hands out a lower level's kernel, caught by the kernels that ran.
+
+Its numbers stay right and isa() still names it, so only the kernel-use counters
+can tell. A scratch copy of the tree is built natively (CMake and Ninja, against
+this Python's torch) and tests/kernels/test_kernel_use.py run on it at the level:
+it passes. Then the level's KernelSet is edited to take the lower level's int8
+GEMM, the build redone (that file and the link), and the same test must fail,
+naming the kernel kind, the level expected and the level that ran - while the
+numerical tests of the same method still pass.
+
+The level is one every host of its architecture runs (avx2, dotprod): the proof
+needs to run the drifted build.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+@dataclass(frozen=True)
+class Drift:
+    level: str
+    lower: str
+    source: str
+    pristine: str  # text of source that the drift replaces
+    drifted: str
+
+
+DRIFTS = {
+    "x86_64": Drift(
+        level="avx2", lower="generic", source="csrc/arch/x86/gemm_avx2.cpp",
+        pristine="const KernelSet& kernels_avx2() { return kKernels; }",
+        drifted="const KernelSet& kernels_avx2() {\n"
+                "  static const KernelSet kernels = [] {\n"
+                "    KernelSet set = kKernels;\n"
+                "    set.gemm_s8 = kernels_generic().gemm_s8;\n"
+                "    return set;\n"
+                "  }();\n"
+                "  return kernels;\n"
+                "}",
+    ),
+    "aarch64": Drift(
+        level="dotprod", lower="neon", source="csrc/arch/arm/gemm_dotprod.cpp",
+        pristine="static const KernelSet kernels{gemm_f32_neon, gemm_bf16_neon, gemm_s8_dotprod};",
+        drifted="static const KernelSet kernels{gemm_f32_neon, gemm_bf16_neon, gemm_s8_neon};",
+    ),
+}
+KERNEL_USE_TEST = "tests/kernels/test_kernel_use.py"
+FAILED = re.compile(r"^FAILED (\S+)", re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def drift() -> Drift:
+    machine = platform.machine()
+    assert machine in DRIFTS, f"no kernel-use drift case for this host's architecture {machine}"
+    return DRIFTS[machine]
+
+
+def build(tree: Path, build_dir: Path) -> None:
+    """The library of `tree`, built (or brought up to date) in build_dir."""
+    for tool in ("cmake", "ninja"):
+        assert shutil.which(tool), f"{tool} is not installed; run: pip install {tool}"
+    configure = ["cmake", "-S", str(tree), "-B", str(build_dir), "-G", "Ninja",
+                 "-DCMAKE_BUILD_TYPE=Release", f"-DPython_EXECUTABLE={sys.executable}"]
+    compile_ = ["cmake", "--build", str(build_dir), "--parallel", str(os.cpu_count() or 1)]
+    for command in (configure, compile_):
+        result = subprocess.run(command, capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def run_suite(tree: Path, build_dir: Path, site: Path, level: str, *selection: str) -> subprocess.CompletedProcess[str]:
+    """pytest on `selection` of the tree's tests, with the package staged from its build."""
+    package = site / "moe_kernels"
+    shutil.rmtree(package, ignore_errors=True)
+    shutil.copytree(tree / "package" / "moe_kernels", package)
+    shutil.copy2(build_dir / "moe_kernels" / "_ops.so", package / "_ops.so")
+    env = {name: value for name, value in os.environ.items() if not name.startswith("MOE_KERNELS_")}
+    env.update(MOE_KERNELS_ISA=level, PYTHONPATH=str(site))
+    return subprocess.run([sys.executable, "-m", "pytest", *selection, "-q", "-rf", "-p", "no:cacheprovider"],
+                          cwd=tree, env=env, capture_output=True, text=True)
+
+
+def test_a_level_running_a_lower_levels_kernel_fails_the_kernel_use_test(tmp_path, scratch_tree, drift):
+    tree = scratch_tree(tmp_path / "tree")
+    build_dir, site = tmp_path / "build", tmp_path / "site"
+    build(tree, build_dir)
+    pristine = run_suite(tree, build_dir, site, drift.level, KERNEL_USE_TEST)
+    assert pristine.returncode == 0, pristine.stdout + pristine.stderr
+
+    source = tree / drift.source
+    text = source.read_text()
+    assert text.count(drift.pristine) == 1, f"{drift.source} no longer has the KernelSet this proof edits"
+    source.write_text(text.replace(drift.pristine, drift.drifted))
+    build(tree, build_dir)
+
+    drifted = run_suite(tree, build_dir, site, drift.level, KERNEL_USE_TEST)
+    log = drifted.stdout + drifted.stderr
+    assert drifted.returncode == 1, log
+    failed = FAILED.findall(drifted.stdout)
+    assert failed and all("int8" in test for test in failed), log
+    assert f"under isa() = {drift.level}: gemm_s8: expected {drift.level}'s kernel, but {drift.lower}'s ran" in log
+
+    # What the counters caught, nothing else does: the int8 numbers are right.
+    numbers = run_suite(tree, build_dir, site, drift.level, "tests/kernels/test_fused_experts.py",
+                        "-k", "int8 and (prefill_rows or decode_long_rows)")
+    assert numbers.returncode == 0, numbers.stdout + numbers.stderr

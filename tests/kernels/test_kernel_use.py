@@ -1,0 +1,153 @@
+"""The kernels of the level under test did the work: not only the level isa() selected.
+
+For every method and layout, one call with enough rows of a per expert to reach
+each level's own kernels and one decode call (one token); around each, the
+library's counters (moe_kernels.kernel_use) say which level's code ran each kernel
+kind. moe_kernels.expected_kernels declares, independently of the build, which
+level's code must: a level that hands out a lower level's kernel fails here, with
+the kind, the level expected, the level that ran and isa().
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Callable, Mapping
+
+import pytest
+import torch
+
+import moe_kernels
+from moe_kernels import MoeCompMethod
+from moe_kernels.expected_kernels import ARCHITECTURE_LEVELS, EXPECTED_KERNELS
+from moe_kernels.testing import make_moe_problem
+
+# method, activation dtype, whether its weights take the tile layout at a level that
+# packs them so (packing.h: bf16, int8, fp8), and the tile GEMM it then runs, if any.
+CASES = {
+    "unquant-bf16": (MoeCompMethod.UNQUANT, torch.bfloat16, True, "gemm_bf16_tiles"),
+    "unquant-fp16": (MoeCompMethod.UNQUANT, torch.float16, False, None),
+    "unquant-fp32": (MoeCompMethod.UNQUANT, torch.float32, False, None),
+    "int8-bf16": (MoeCompMethod.INT8_W8A8, torch.bfloat16, True, "gemm_s8_tiles"),
+    "fp8-bf16": (MoeCompMethod.FP8_W8A16, torch.bfloat16, True, "gemm_bf16_fp8_tiles"),
+    "fp8-fp32": (MoeCompMethod.FP8_W8A16, torch.float32, True, None),  # fp32 GEMM on widened rows
+}
+ACTIVATION_KIND = {"silu": "silu_and_mul", "swiglu": "swiglu"}
+# 16 tokens on 2 experts, one each: at least 8 rows of a for one of them, enough
+# for every level's own kernels (amx's tiles take 4). K and 2N are multiples of 64
+# (whole vectors and tiles, and the tile layout's 32-row blocks apply).
+TOKENS, K, N, EXPERTS, TOPK = 16, 64, 32, 2, 1
+
+
+def measured(work: Callable[[], object]) -> moe_kernels.KernelUse:
+    before = moe_kernels.kernel_use()
+    work()
+    return moe_kernels.kernel_use(since=before)
+
+
+def owners(levels) -> str:
+    return ", ".join(f"{level}'s" for level in levels)
+
+
+def wrong_kernels(use: Mapping[str, Mapping[str, int]], level: str, *, reaches_own: bool) -> list[str]:
+    """What in `use` the level's table forbids; with `reaches_own`, the level's own
+    kernel must also have run for every kind that ran."""
+    expected = EXPECTED_KERNELS[level]
+    wrong = []
+    for kind, levels in sorted(use.items()):
+        ran = owners(levels)
+        if kind not in expected:
+            wrong.append(f"{kind}: the {level} level runs no {kind} kernel, but {ran} ran")
+            continue
+        own = expected[kind].level
+        lower = [lv for lv in levels if lv != own and lv not in expected[kind].fallbacks]
+        if lower:
+            wrong.append(f"{kind}: expected {own}'s kernel, but {owners(lower)} ran")
+        elif reaches_own and own not in levels:
+            wrong.append(f"{kind}: expected {own}'s kernel, but only {ran} ran")
+    return wrong
+
+
+def assert_level_did_the_work(use: moe_kernels.KernelUse, *, reaches_own: bool, required: set[str],
+                              what: str) -> None:
+    level = moe_kernels.isa()
+    wrong = wrong_kernels(use, level, reaches_own=reaches_own)
+    wrong += [f"{kind}: expected {EXPECTED_KERNELS[level][kind].level}'s kernel, but none ran"
+              for kind in sorted(required - set(use))]
+    assert not wrong, f"{what} under isa() = {level}: " + "; ".join(wrong) + f" (kernels that ran: {use})"
+
+
+@pytest.mark.parametrize("activation", list(ACTIVATION_KIND))
+@pytest.mark.parametrize("packed", [False, True], ids=["unpacked", "packed"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_level_runs_its_own_kernels(case: str, packed: bool, activation: str) -> None:
+    method, dtype, tile_layout, tile_gemm = CASES[case]
+    expected = EXPECTED_KERNELS[moe_kernels.isa()]
+    problem = make_moe_problem(TOKENS, K, N, EXPERTS, TOPK, dtype, method, activation=activation)
+    pack_kind = "pack_tiles" if tile_layout and "pack_tiles" in expected else "pack_rows"
+    packing = measured(lambda: problem.kwargs(packed=packed))
+    if packed:
+        assert_level_did_the_work(packing, reaches_own=True, required={pack_kind}, what=f"packing {case}")
+        assert packing[pack_kind] == {"core": 2}  # one call for w1, one for w2
+    else:
+        assert packing == {}
+
+    required = {ACTIVATION_KIND[activation], "add_weighted"}
+    if method == MoeCompMethod.INT8_W8A8:
+        required.add("quantize_row_s8")
+    if packed and tile_gemm in expected:
+        required.add(tile_gemm)
+    prefill = measured(lambda: problem.run(moe_kernels.fused_experts, packed=packed))
+    assert any(kind.startswith("gemm_") for kind in prefill), f"no GEMM counted: {prefill}"
+    assert_level_did_the_work(prefill, reaches_own=True, required=required,
+                              what=f"{case} {'packed' if packed else 'unpacked'} {activation}, {TOKENS} tokens")
+
+    one_token = {"hidden_states": problem.arguments["hidden_states"][:1].clone(),
+                 "topk_ids": problem.arguments["topk_ids"][:1], "topk_weights": problem.arguments["topk_weights"][:1]}
+    decode = measured(lambda: problem.run(moe_kernels.fused_experts, packed=packed, **one_token))
+    assert_level_did_the_work(decode, reaches_own=False, required=required,
+                              what=f"{case} {'packed' if packed else 'unpacked'} {activation}, 1 token")
+
+
+def test_the_table_has_every_level_of_this_architecture() -> None:
+    ladder = ARCHITECTURE_LEVELS.get(platform.machine(), ("generic",))
+    supported = moe_kernels.supported_isas()
+    assert [lv for lv in ladder if lv in supported] == supported, (
+        f"the CPU's levels {supported} are not in the declared ladder {ladder}")
+    assert set(ladder) <= set(EXPECTED_KERNELS)
+
+
+def test_a_wrong_level_is_named() -> None:
+    """The check itself: a level's kernel kind run by a lower level, or missing, is reported."""
+    use = {"gemm_s8": {"dotprod": 3}, "gemm_f32": {"neon": 1}}
+    assert wrong_kernels(use, "i8mm", reaches_own=True) == [
+        "gemm_s8: expected i8mm's kernel, but only dotprod's ran"]
+    assert wrong_kernels(use, "i8mm", reaches_own=False) == []
+    assert wrong_kernels({"gemm_bf16": {"avx512": 2}}, "avx512_bf16", reaches_own=False) == [
+        "gemm_bf16: expected avx512_bf16's kernel, but avx512's ran"]
+    assert wrong_kernels({"gemm_s8_tiles": {"avx512_bf16": 1}}, "avx2", reaches_own=False) == [
+        "gemm_s8_tiles: the avx2 level runs no gemm_s8_tiles kernel, but avx512_bf16's ran"]
+
+
+def test_counts_come_from_every_thread() -> None:
+    """The calls of the ATen worker threads count as the calling thread's do: the same
+    calls whatever the thread count (the work items do not depend on it)."""
+    problem = make_moe_problem(TOKENS, 256, 256, EXPERTS, TOPK, torch.bfloat16)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = measured(lambda: problem.run(moe_kernels.fused_experts))
+        torch.set_num_threads(2)
+        two = measured(lambda: problem.run(moe_kernels.fused_experts))
+    finally:
+        torch.set_num_threads(threads)
+    assert one and two == one
+
+
+def test_counters_only_grow() -> None:
+    problem = make_moe_problem(2, K, N, EXPERTS, TOPK, torch.float32)
+    first = moe_kernels.kernel_use()
+    problem.run(moe_kernels.fused_experts)
+    second = moe_kernels.kernel_use()
+    assert all(second[kind][lv] >= n for kind, levels in first.items() for lv, n in levels.items())
+    assert moe_kernels.kernel_use(since=second) == {}
+    assert moe_kernels.kernel_use(since=first)
