@@ -209,8 +209,11 @@ PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch a
   const std::optional<PackedHeader> expected =
       header.rows > 0 && header.cols > 0 ? make_header(header.rows, header.cols, dtype, arch, layout) : std::nullopt;
   const std::optional<int64_t> nbytes = expected ? block_nbytes(*expected, dtype) : std::nullopt;
-  TORCH_CHECK(nbytes && std::memcmp(&header, &*expected, sizeof(header)) == 0, "fused_experts_cpu: ", name,
-              " has a corrupt packed header (", header.rows, " rows x ", header.cols, " values)");
+  TORCH_CHECK(nbytes, "fused_experts_cpu: ", name, " has a corrupt packed header: it claims ", header.rows,
+              " rows x ", header.cols, " values, which no tensor holds");
+  TORCH_CHECK(std::memcmp(&header, &*expected, sizeof(header)) == 0, "fused_experts_cpu: ", name,
+              " has a corrupt packed header: its fields are not those of ", header.rows, " rows x ", header.cols,
+              " values");
   TORCH_CHECK(packed.size(1) == *nbytes, "fused_experts_cpu: ", name, " has ", packed.size(1),
               " bytes per expert, but its packed header's ", header.rows, " rows x ", header.cols,
               " values take ", *nbytes, "; pass the whole tensor convert_weight_packed returned");
