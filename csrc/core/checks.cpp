@@ -3,14 +3,17 @@
 #include <ATen/ops/max.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "core/checked.h"
 #include "core/fused_experts.h"
 
 namespace moe_kernels {
 namespace {
 
 #define MOE_CHECK(cond, ...) TORCH_CHECK(cond, "fused_experts_cpu: ", __VA_ARGS__)
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool is_float_dtype(at::ScalarType dtype) {
   return dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf || dtype == at::kDouble;
@@ -22,6 +25,21 @@ void check_shape(const at::Tensor& t, const char* name, at::IntArrayRef expected
 
 void check_contiguous(const at::Tensor& t, const char* name) {
   MOE_CHECK(t.is_contiguous(), name, " must be contiguous");
+}
+
+// What every tensor argument needs before its data is read: to be on the CPU
+// (the dispatcher sends a call here when any argument is, whatever the others
+// are), at an address its values can be read from (torch.frombuffer makes
+// views at any byte offset).
+void check_tensor(const at::Tensor& t, const char* name) {
+  MOE_CHECK(t.device().is_cpu(), name, " must be on the CPU, like hidden_states; got a tensor on ", t.device());
+  const auto address = reinterpret_cast<uintptr_t>(t.const_data_ptr());
+  MOE_CHECK(address % t.element_size() == 0, name, " starts at an address ", address % t.element_size(),
+            " bytes past a multiple of its ", t.element_size(), "-byte values; pass ", name, ".clone()");
+}
+
+void check_tensor(const std::optional<at::Tensor>& t, const char* name) {
+  if (t.has_value()) check_tensor(*t, name);
 }
 
 // An fp32 [E, rows] (or block-scale) tensor the driver reads as a raw pointer.
@@ -77,6 +95,18 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch,
   p.method = check_method(args.moe_comp_method);
   const char* method = method_name(args.moe_comp_method);
 
+  check_tensor(args.hidden_states, "hidden_states");
+  check_tensor(args.w1, "w1");
+  check_tensor(args.w2, "w2");
+  check_tensor(args.topk_weights, "topk_weights");
+  check_tensor(args.topk_ids, "topk_ids");
+  check_tensor(args.w1_scale, "w1_scale");
+  check_tensor(args.w2_scale, "w2_scale");
+  check_tensor(args.w1_zero, "w1_zero");
+  check_tensor(args.w2_zero, "w2_zero");
+  check_tensor(args.w1_bias, "w1_bias");
+  check_tensor(args.w2_bias, "w2_bias");
+
   const at::Tensor& x = args.hidden_states;
   MOE_CHECK(x.dim() == 2, "hidden_states must be 2-D [M, K], got ", x.dim(), "-D");
   p.act_dtype = x.scalar_type();
@@ -105,7 +135,13 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch,
             "alpha is refused rather than silently ignored)");
   p.activation = args.alpha.has_value() ? Activation::kSwiglu : Activation::kSiluAndMul;
   p.alpha = static_cast<float>(args.alpha.value_or(0.0));
-  if (args.limit.has_value()) p.limit = static_cast<float>(*args.limit);
+  // In float32, as the kernels use them: an infinite alpha gives 0 * inf at gate 0.
+  MOE_CHECK(std::isfinite(p.alpha), "alpha must be a finite float32 number, got ", args.alpha.value_or(0.0));
+  if (args.limit.has_value()) {
+    p.limit = static_cast<float>(*args.limit);
+    MOE_CHECK(*p.limit > 0.f, "limit must be a positive number (the clamp bound; +inf clamps nothing), got ",
+              *args.limit);
+  }
   MOE_CHECK(!args.w1_zero.has_value(), "w1_zero is only used by INT4_W4A8, not ", method);
   MOE_CHECK(!args.w2_zero.has_value(), "w2_zero is only used by INT4_W4A8, not ", method);
 
@@ -142,6 +178,10 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch,
     p.block_k = (*args.block_size)[1];
     MOE_CHECK(p.block_n > 0 && p.block_k > 0, "block_size must be two positive values, got ",
               *args.block_size);
+    // A block past the dimension it blocks is one block of it; clamped so that
+    // the kernels' block arithmetic stays far from overflow.
+    p.block_n = std::min(p.block_n, std::max(2 * N, K));
+    p.block_k = std::min(p.block_k, std::max(K, N));
     p.w1.scale_rows = ceil_div(2 * N, p.block_n);
     p.w1.scale_cols = ceil_div(K, p.block_k);
     p.w2.scale_rows = ceil_div(K, p.block_n);

@@ -25,8 +25,12 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include "core/checked.h"
 #include "core/work_sharing.h"
 
 namespace moe_kernels {
@@ -63,10 +67,30 @@ struct AlignedFree {
   void operator()(void* p) const { std::free(p); }
 };
 
+// Bytes of memory this machine has; no one buffer of a call may need more.
+int64_t machine_memory_bytes() {
+  static const int64_t bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? (Size(pages) * page).get().value_or(INT64_MAX) : INT64_MAX;
+  }();
+  return bytes;
+}
+
+// rows x width values, 64-byte aligned, for `what` (which names the arguments
+// its size comes from): a size that does not fit int64 or the machine's memory,
+// or an allocation that fails, is an error that says so, not a crash.
 template <typename T>
-std::unique_ptr<T[], AlignedFree> aligned_buffer(int64_t count) {
-  const size_t bytes = round_up(std::max<int64_t>(count, 1) * sizeof(T), kPackAlign);
-  return std::unique_ptr<T[], AlignedFree>(static_cast<T*>(std::aligned_alloc(kPackAlign, bytes)));
+std::unique_ptr<T[], AlignedFree> aligned_buffer(int64_t rows, int64_t width, const char* what) {
+  const std::optional<int64_t> bytes = (Size(std::max<int64_t>(rows, 1)) * width * int64_t{sizeof(T)})
+                                           .round_up(kPackAlign).get();
+  const int64_t memory = machine_memory_bytes();
+  TORCH_CHECK(bytes && *bytes <= memory, "fused_experts_cpu: ", what, " needs ", rows, " rows of ", width,
+              " values of ", sizeof(T), " bytes (", bytes ? std::to_string(*bytes >> 20) + " MiB" : "over 2^63 bytes",
+              "), more than this machine's ", memory >> 20, " MiB of memory");
+  T* data = static_cast<T*>(std::aligned_alloc(kPackAlign, std::max<int64_t>(*bytes, kPackAlign)));
+  TORCH_CHECK(data, "fused_experts_cpu: ", what, " needs ", rows, " rows of ", width, " values of ", sizeof(T),
+              " bytes (", *bytes >> 20, " MiB), which could not be allocated");
+  return std::unique_ptr<T[], AlignedFree>(data);
 }
 
 uint16_t to_bf16_bits(float value) { return c10::BFloat16(value).x; }
@@ -114,14 +138,15 @@ struct Activations {
   std::unique_ptr<int8_t[], AlignedFree> s8;
   std::unique_ptr<float[], AlignedFree> scale;
 
-  Activations(const KernelSet& kernels, ComputeType compute, int64_t rows, int64_t width)
+  // `what` names the rows and the arguments their number and width come from.
+  Activations(const KernelSet& kernels, ComputeType compute, int64_t rows, int64_t width, const char* what)
       : compute(compute), quantize_row_s8(kernels.quantize_row_s8), ld(round_up(width, kPackAlign)) {
     switch (compute) {
-      case ComputeType::kBF16: bf16 = aligned_buffer<uint16_t>(rows * ld); break;
-      case ComputeType::kF32: f32 = aligned_buffer<float>(rows * ld); break;
+      case ComputeType::kBF16: bf16 = aligned_buffer<uint16_t>(rows, ld, what); break;
+      case ComputeType::kF32: f32 = aligned_buffer<float>(rows, ld, what); break;
       case ComputeType::kInt8:
-        s8 = aligned_buffer<int8_t>(rows * ld);
-        scale = aligned_buffer<float>(rows);
+        s8 = aligned_buffer<int8_t>(rows, ld, what);
+        scale = aligned_buffer<float>(rows, 1, what);
         break;
     }
   }
@@ -232,12 +257,12 @@ class ExpertGemm {
     } else if (dequantizes()) {
       // Allocated on first use: a level that widens fp8 in its GEMM never needs it.
       if (compute_ == ComputeType::kBF16) {
-        if (!scratch.weights_bf16) scratch.weights_bf16 = aligned_buffer<uint16_t>(kMaxTileRows * a_ld);
+        if (!scratch.weights_bf16) scratch.weights_bf16 = aligned_buffer<uint16_t>(kMaxTileRows, a_ld, kWidenedRows);
         uint16_t* out = scratch.weights_bf16.get() + slot * a_ld;
         widen_rows(base, ld, expert, r0, r1, a_ld, out, kernels_.fp8_to_bf16, to_bf16_bits);
         t.values = reinterpret_cast<const uint8_t*>(out);
       } else {
-        if (!scratch.weights_f32) scratch.weights_f32 = aligned_buffer<float>(kMaxTileRows * a_ld);
+        if (!scratch.weights_f32) scratch.weights_f32 = aligned_buffer<float>(kMaxTileRows, a_ld, kWidenedRows);
         float* out = scratch.weights_f32.get() + slot * a_ld;
         widen_rows(base, ld, expert, r0, r1, a_ld, out, kernels_.fp8_to_f32, [](float v) { return v; });
         t.values = reinterpret_cast<const uint8_t*>(out);
@@ -249,6 +274,10 @@ class ExpertGemm {
 
   // The `m` activation rows starting at `row` times the tile.
   void run(const Activations& a, int64_t row, int64_t m, const WeightTile& w, float* c) const {
+    if (w.k == 0) {  // N = 0: empty dot products, which the kernels are never given (kernels.h)
+      std::fill(c, c + m * w.rows, 0.f);
+      return;
+    }
     switch (compute_) {
       case ComputeType::kInt8:
         (w.tiles ? kernels_.gemm_s8_tiles : kernels_.gemm_s8)(
@@ -274,6 +303,7 @@ class ExpertGemm {
 
   // Rows of weight values one thread's scratch holds.
   static constexpr int64_t kMaxTileRows = std::max(2 * kInterBlock, kHiddenBlock);
+  static constexpr const char* kWidenedRows = "a thread's widened weight rows (of K or N values)";
 
   // fp16 and fp8 weights are widened tile by tile into scratch before the GEMM.
   bool dequantizes() const { return w_.dtype == at::kHalf || w_.dtype == at::kFloat8_e4m3fn; }
@@ -281,8 +311,8 @@ class ExpertGemm {
   // One thread's scratch: the output tiles (tile() adds weight tiles if it widens).
   Scratch scratch() const {
     Scratch s;
-    s.out0 = aligned_buffer<float>(kTokenChunk * kMaxTileRows);
-    s.out1 = aligned_buffer<float>(kTokenChunk * kMaxTileRows);
+    s.out0 = aligned_buffer<float>(kTokenChunk, kMaxTileRows, "a GEMM output tile");
+    s.out1 = aligned_buffer<float>(kTokenChunk, kMaxTileRows, "a GEMM output tile");
     s.activated.resize(kMaxTileRows);
     return s;
   }
@@ -323,7 +353,7 @@ class ExpertGemm {
 // (gate and up in scratch.out0 and out1, or interleaved in out0).
 void activate_block(const KernelSet& kernels, const MoeProblem& p, int64_t expert, int64_t j0, int64_t j1,
                     int64_t m, Scratch& scratch, Activations& inter,
-                    int64_t first_row, std::vector<float>* inter_f32) {
+                    int64_t first_row, float* inter_f32) {
   const int64_t width = j1 - j0;
   // Without a bias, a block of zeros stands in for it.
   std::array<float, 2 * kInterBlock> no_bias{};
@@ -344,7 +374,7 @@ void activate_block(const KernelSet& kernels, const MoeProblem& p, int64_t exper
     }
     const int64_t s = first_row + i;
     if (inter_f32) {
-      std::copy(row.begin(), row.begin() + width, inter_f32->data() + s * inter.ld + j0);
+      std::copy(row.begin(), row.begin() + width, inter_f32 + s * inter.ld + j0);
     } else if (inter.compute == ComputeType::kBF16) {
       for (int64_t j = 0; j < width; ++j) inter.bf16[s * inter.ld + j0 + j] = to_bf16_bits(row[j]);
     } else {
@@ -402,7 +432,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   // Phase 1: gather. Each token is converted (int8: quantized) once, then
   // copied to each of its slots.
   phases.begin("moe_kernels::gather");
-  Activations tokens(kernels, p.compute, M, K);
+  Activations tokens(kernels, p.compute, M, K, "hidden_states in the GEMMs' input type ([M, K])");
   at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
     std::vector<float> row(K);
     for (int64_t m = begin; m < end; ++m) {
@@ -410,16 +440,20 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
       tokens.store_row(m, row.data(), K);
     }
   });
-  Activations x(kernels, p.compute, slots, K);
+  Activations x(kernels, p.compute, slots, K,
+                "the routed copy of hidden_states (a row of K per routed slot: up to M x topk rows)");
   at::parallel_for(0, slots, 16, [&](int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) x.copy_row(s, tokens, routing.token[s]);
   });
 
   // Phase 2: W1, bias, activation; the items shared among threads (work_sharing.h).
   phases.begin("moe_kernels::w1_activation");
-  Activations inter(kernels, p.compute, slots, N);
-  std::vector<float> inter_f32;  // INT8 re-quantizes whole rows after the blocks are done
-  if (p.compute == ComputeType::kInt8) inter_f32.assign(slots * inter.ld, 0.f);
+  Activations inter(kernels, p.compute, slots, N,
+                    "the intermediate (a row of N, from w1, per routed slot: up to M x topk rows)");
+  std::unique_ptr<float[], AlignedFree> inter_f32;  // INT8 re-quantizes whole rows after the blocks are done
+  if (p.compute == ComputeType::kInt8) {
+    inter_f32 = aligned_buffer<float>(slots, inter.ld, "the fp32 intermediate (a row of N per routed slot)");
+  }
   const ExpertGemm gemm1(kernels, p, p.w1, p.compute);
   const auto items1 = work_items(routing, p.experts, N, kInterBlock);
   const auto thread_scratch1 = [&] { return gemm1.scratch(); };
@@ -435,12 +469,12 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
       const int64_t m = std::min(kTokenChunk, routing.expert_begin[e + 1] - s0);
       gemm1.run(x, s0, m, gate, scratch.out0.get());
       if (halves) gemm1.run(x, s0, m, up, scratch.out1.get());
-      activate_block(kernels, p, e, j0, j1, m, scratch, inter, s0, inter_f32.empty() ? nullptr : &inter_f32);
+      activate_block(kernels, p, e, j0, j1, m, scratch, inter, s0, inter_f32.get());
     }
   });
   if (p.compute == ComputeType::kInt8) {
     at::parallel_for(0, slots, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t s = begin; s < end; ++s) inter.store_row(s, inter_f32.data() + s * inter.ld, N);
+      for (int64_t s = begin; s < end; ++s) inter.store_row(s, inter_f32.get() + s * inter.ld, N);
     });
   } else {
     // Zero the padding past N so padded W2 operands can run over inter.ld.
@@ -463,7 +497,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   // across them. The run is not shared (work_sharing.h): splitting it in two
   // measured no faster at M = 1 and 2% slower at M = 16.
   phases.begin("moe_kernels::w2_combine");
-  auto acc = aligned_buffer<float>(M * K);
+  auto acc = aligned_buffer<float>(M, K, "the fp32 output accumulator ([M, K] of hidden_states)");
   const ExpertGemm gemm2(kernels, p, p.w2, p.compute);
   const std::array<float, kHiddenBlock> no_bias{};  // stands in for a missing bias
   at::parallel_for(0, (K + kHiddenBlock - 1) / kHiddenBlock, 1, [&](int64_t begin, int64_t end) {

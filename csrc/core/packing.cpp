@@ -5,8 +5,11 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
+#include <optional>
 
+#include "core/checked.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 #include "core/methods.h"
@@ -15,15 +18,16 @@
 namespace moe_kernels {
 namespace {
 
+// Where a packed tensor may start: any multiple of the widest word read from
+// it (fp32 values, int32 row sums), so views into a mapped file work.
+constexpr uintptr_t kPackedAddressAlign = 4;
+
 constexpr char kMagic[8] = {'M', 'O', 'E', 'K', 'P', 'A', 'C', 'K'};
 // What a layout's bytes mean. Bump it with any change to that (2: the fp8
 // line layout's order within 16 bytes; 3: the tile layout's blocks as one
-// run of lines), so older packs are refused, not misread.
-constexpr uint32_t kVersion = 3;
-
-int64_t round_up(int64_t value, int64_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
+// run of lines; 4: the header's checksum), so older packs are refused, not
+// misread.
+constexpr uint32_t kVersion = 4;
 
 const char* arch_name(uint32_t arch) {
   switch (static_cast<PackArch>(arch)) {
@@ -62,8 +66,21 @@ void store_tiles(const uint8_t* src, int64_t rows, int64_t cols, int64_t elem, i
   }
 }
 
-PackedHeader make_header(int64_t rows, int64_t cols, at::ScalarType dtype, PackArch arch,
-                         PackLayout layout = PackLayout::kRows) {
+// FNV-1a of the header's fields before the checksum.
+uint64_t header_checksum(const PackedHeader& header) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(&header);
+  uint64_t hash = 0xcbf29ce484222325u;
+  for (size_t i = 0; i < offsetof(PackedHeader, checksum); ++i) hash = (hash ^ bytes[i]) * 0x100000001b3u;
+  return hash;
+}
+
+// The header of a block of rows x cols values, or nothing if its size does not fit int64.
+std::optional<PackedHeader> make_header(int64_t rows, int64_t cols, at::ScalarType dtype, PackArch arch,
+                                        PackLayout layout = PackLayout::kRows) {
+  const int64_t elem = c10::elementSize(dtype);
+  const Size ld = Size(cols).round_up(kPackAlign);
+  const std::optional<int64_t> values_end = (Size(kPackedHeaderBytes) + Size(rows) * ld * elem).get();
+  if (!values_end) return std::nullopt;
   PackedHeader header{};
   std::memcpy(header.magic, kMagic, sizeof(kMagic));
   header.version = kVersion;
@@ -72,10 +89,17 @@ PackedHeader make_header(int64_t rows, int64_t cols, at::ScalarType dtype, PackA
   header.layout = static_cast<int32_t>(layout);
   header.rows = rows;
   header.cols = cols;
-  header.ld = round_up(cols, kPackAlign);
-  const int64_t values_end = kPackedHeaderBytes + rows * header.ld * c10::elementSize(dtype);
-  header.sums_offset = dtype == at::kChar ? values_end : 0;
+  header.ld = *ld.get();
+  header.sums_offset = dtype == at::kChar ? *values_end : 0;
+  header.checksum = header_checksum(header);
   return header;
+}
+
+// The bytes of a block with this header, or nothing if they do not fit int64.
+std::optional<int64_t> block_nbytes(const PackedHeader& header, at::ScalarType dtype) {
+  const Size values_end = Size(kPackedHeaderBytes) + Size(header.rows) * header.ld * c10::elementSize(dtype);
+  const Size end = header.sums_offset ? values_end + Size(header.rows) * int64_t{sizeof(int32_t)} : values_end;
+  return end.round_up(kPackAlign).get();
 }
 
 }  // namespace
@@ -83,11 +107,11 @@ PackedHeader make_header(int64_t rows, int64_t cols, at::ScalarType dtype, PackA
 int64_t packed_nbytes(int64_t rows, int64_t cols, at::ScalarType dtype) {
   TORCH_CHECK(rows > 0 && cols > 0, "packed_nbytes: rows and cols must be positive, got ", rows,
               " and ", cols);
-  const PackedHeader header = make_header(rows, cols, dtype, PackArch::kGeneric);
-  const int64_t end = header.sums_offset ? header.sums_offset + rows * int64_t{sizeof(int32_t)}
-                                         : kPackedHeaderBytes +
-                                               rows * header.ld * c10::elementSize(dtype);
-  return round_up(end, kPackAlign);
+  const std::optional<PackedHeader> header = make_header(rows, cols, dtype, PackArch::kGeneric);
+  const std::optional<int64_t> nbytes = header ? block_nbytes(*header, dtype) : std::nullopt;
+  TORCH_CHECK(nbytes, "packed_nbytes: rows x cols = ", rows, " x ", cols, " values of ", dtype,
+              " take more than 2^63 bytes");
+  return *nbytes;
 }
 
 at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackArch arch, bool tiles) {
@@ -106,13 +130,15 @@ at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackA
                 " must be ", expected, ", got ", dtype);
   }
   const int64_t experts = weight.size(0), rows = weight.size(1), cols = weight.size(2);
+  TORCH_CHECK(rows > 0 && cols > 0, "convert_weight_packed: weight must be [E, rows, cols] (w1 [E, 2N, K] or w2 "
+              "[E, K, N]) with rows > 0 and cols > 0, got shape ", weight.sizes());
   const int64_t block_bytes = packed_nbytes(rows, cols, dtype);
   at::Tensor packed = at::empty({experts, block_bytes}, weight.options().dtype(at::kByte));
   const PackLayout layout =
       tiles && tiles_apply(rows, dtype) ? PackLayout::kTiles16 : PackLayout::kRows;
   counting::count(layout == PackLayout::kTiles16 ? counting::Kind::kPackTiles : counting::Kind::kPackRows,
                   counting::kCoreLevel);
-  const PackedHeader header = make_header(rows, cols, dtype, arch, layout);
+  const PackedHeader header = make_header(rows, cols, dtype, arch, layout).value();  // sized above
   const int64_t elem = c10::elementSize(dtype);
   const auto* src = static_cast<const uint8_t*>(weight.data_ptr());
   auto* dst = packed.data_ptr<uint8_t>();
@@ -163,6 +189,9 @@ PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch a
   TORCH_CHECK(header.version == kVersion, "fused_experts_cpu: ", name, " was packed in format version ",
               header.version, ", which this build does not read (it reads version ", kVersion,
               "); repack it with this build's convert_weight_packed");
+  TORCH_CHECK(header.checksum == header_checksum(header), "fused_experts_cpu: ", name,
+              " has a corrupt packed header (its checksum does not match: the header changed after "
+              "convert_weight_packed wrote it)");
   TORCH_CHECK(header.arch == static_cast<uint32_t>(arch), "fused_experts_cpu: ", name,
               " was packed on ", arch_name(header.arch), "; repack it on this machine (",
               arch_name(static_cast<uint32_t>(arch)), ") with convert_weight_packed");
@@ -178,10 +207,23 @@ PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch a
               " layout of the avx512_bf16 and amx levels, which this kernel level does not "
               "read; repack it with convert_weight_packed under the level that uses it "
               "(MOE_KERNELS_ISA)");
-  const PackedHeader expected = make_header(header.rows, header.cols, dtype, arch, layout);
-  TORCH_CHECK(header.rows > 0 && header.cols > 0 && std::memcmp(&header, &expected, sizeof(header)) == 0 &&
-                  packed.size(1) == packed_nbytes(header.rows, header.cols, dtype),
-              "fused_experts_cpu: ", name, " has a corrupt packed header");
+  // Every field as convert_weight_packed would write it, and the size it implies
+  // (computed without wrapping) that of the tensor.
+  const std::optional<PackedHeader> expected =
+      header.rows > 0 && header.cols > 0 ? make_header(header.rows, header.cols, dtype, arch, layout) : std::nullopt;
+  const std::optional<int64_t> nbytes = expected ? block_nbytes(*expected, dtype) : std::nullopt;
+  TORCH_CHECK(nbytes, "fused_experts_cpu: ", name, " has a corrupt packed header: it claims ", header.rows,
+              " rows x ", header.cols, " values, which no tensor holds");
+  TORCH_CHECK(std::memcmp(&header, &*expected, sizeof(header)) == 0, "fused_experts_cpu: ", name,
+              " has a corrupt packed header: its fields are not those of ", header.rows, " rows x ", header.cols,
+              " values");
+  TORCH_CHECK(packed.size(1) == *nbytes, "fused_experts_cpu: ", name, " has ", packed.size(1),
+              " bytes per expert, but its packed header's ", header.rows, " rows x ", header.cols,
+              " values take ", *nbytes, "; pass the whole tensor convert_weight_packed returned");
+  const auto address = reinterpret_cast<uintptr_t>(packed.const_data_ptr());
+  TORCH_CHECK(address % kPackedAddressAlign == 0, "fused_experts_cpu: ", name, " starts at an address ",
+              address % kPackedAddressAlign, " bytes past a multiple of ", kPackedAddressAlign,
+              " (its values and row sums are read as words of up to 4 bytes); pass ", name, ".clone()");
   return header;
 }
 

@@ -2,8 +2,9 @@
 //
 // A packed tensor is uint8 [E, packed_nbytes(rows, cols, dtype)]. Each expert's
 // block starts with a 64-byte header that makes it self-describing, so that a
-// tensor which did not come from convert_weight_packed, or came from another
-// architecture, is refused instead of read as garbage. After the header: the
+// tensor which did not come from convert_weight_packed, came from another
+// architecture or was altered since (the header's checksum), is refused
+// instead of read as garbage. After the header: the
 // rows, each padded with zeros to a multiple of kPackAlign values and aligned
 // to kPackAlign bytes (kernels run tail-free on them); for int8, the int32 row
 // sums that x86's unsigned*signed VNNI path needs. A level with tile GEMMs
@@ -34,8 +35,9 @@ struct PackedHeader {
   int64_t cols;
   int64_t ld;          // padded row length, in values
   int64_t sums_offset; // bytes from the block start to the int32 row sums; 0 if none
+  uint64_t checksum;   // of the fields above: one flipped bit of any of them is refused
 };
-static_assert(sizeof(PackedHeader) <= 64, "the header must fit its 64 bytes");
+static_assert(sizeof(PackedHeader) == 64, "the header must fit its 64 bytes");
 
 inline constexpr int64_t kPackedHeaderBytes = 64;
 

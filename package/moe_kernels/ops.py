@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import numbers
 from collections.abc import Mapping, Sequence
 from enum import IntEnum
 
@@ -42,31 +43,63 @@ def fused_experts(
 ) -> Tensor:
     """The fused MoE layer: for each token, sum over its top-k experts of
     weight * (act(x @ W1[e]^T + b1) @ W2[e]^T + b2). See the op spec for shapes,
-    methods and activations; arguments map one to one onto the op's schema."""
+    methods and activations; arguments map one to one onto the op's schema.
+
+    Raises:
+        ValueError: an argument of the wrong Python type (a bool is not an int,
+            a string is not a number), naming it; the op raises RuntimeError for
+            the rest of the spec's bad inputs.
+    """
     return torch.ops.moe_kernels.fused_experts_cpu(
         hidden_states,
         w1,
         w2,
         topk_weights,
         topk_ids,
-        inplace,
-        int(moe_comp_method),
+        _strict_bool("inplace", inplace),
+        _strict_int("moe_comp_method", moe_comp_method),
         w1_scale,
         w2_scale,
         w1_zero,
         w2_zero,
-        None if block_size is None else [int(b) for b in block_size],
+        None if block_size is None else _strict_ints("block_size", block_size),
         w1_bias,
         w2_bias,
-        None if alpha is None else float(alpha),
-        None if limit is None else float(limit),
-        is_vnni,
+        None if alpha is None else _strict_float("alpha", alpha),
+        None if limit is None else _strict_float("limit", limit),
+        _strict_bool("is_vnni", is_vnni),
     )
+
+
+# The op's schema converts what it can (an int for a bool, a float for an int
+# in some paths); the wrapper takes each argument only in its own type.
+def _strict_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def _strict_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    return int(value)
+
+
+def _strict_ints(name: str, values: object) -> list[int]:
+    if not isinstance(values, (list, tuple)):
+        raise ValueError(f"{name} must be a list or tuple of ints, got {values!r} ({type(values).__name__})")
+    return [_strict_int(f"{name}[{i}]", v) for i, v in enumerate(values)]
+
+
+def _strict_float(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a float, got {value!r} ({type(value).__name__})")
+    return float(value)
 
 
 def convert_weight_packed(weight: Tensor, moe_comp_method: int) -> Tensor:
     """Packs [E, rows, cols] weights for this machine's kernels (pass is_vnni=True)."""
-    return torch.ops.moe_kernels.convert_weight_packed(weight, int(moe_comp_method))
+    return torch.ops.moe_kernels.convert_weight_packed(weight, _strict_int("moe_comp_method", moe_comp_method))
 
 
 def isa() -> str:
@@ -104,6 +137,15 @@ def kernel_use(since: Mapping[str, Mapping[str, int]] | None = None) -> KernelUs
 
 @torch.library.register_fake("moe_kernels::fused_experts_cpu")
 def _fused_experts_cpu_fake(hidden_states: Tensor, *args: object) -> Tensor:
+    # The dispatcher picks this kernel when any argument is on the meta device,
+    # whatever the others are on: a mixed call must fail here, as on the CPU.
+    arguments = torch.ops.moe_kernels.fused_experts_cpu.default._schema.arguments[1:]
+    for argument, value in zip(arguments, args):
+        if isinstance(value, Tensor) and value.device != hidden_states.device:
+            raise RuntimeError(
+                f"fused_experts_cpu: {argument.name} must be on hidden_states' device "
+                f"({hidden_states.device}), got a tensor on {value.device}"
+            )
     return torch.empty_like(hidden_states)
 
 

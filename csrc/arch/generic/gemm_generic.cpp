@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <new>
 
 #include "core/kernel_use.h"
 #include "core/kernels.h"
@@ -133,7 +134,8 @@ uint8_t* thread_scratch(ScratchUse use, int64_t bytes) {
   Buffer& buffer = buffers[static_cast<size_t>(use)];
   if (buffer.capacity < bytes) {
     buffer.data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, static_cast<size_t>(bytes))));
-    buffer.capacity = bytes;
+    buffer.capacity = buffer.data ? bytes : 0;
+    if (!buffer.data) throw std::bad_alloc();
   }
   return buffer.data.get();
 }

@@ -238,7 +238,7 @@ MOE_X86_INLINE void line_tile(const Op& op, int64_t i, int64_t j, int64_t k_byte
       __m512i va[MR];
       for (int r = 0; r < MR; ++r) va[r] = Op::broadcast(rows[r] + x);
       for (int q = 0; q < NB; ++q) {
-        const __m512i vb = _mm512_load_si512(blocks[q] + x * kBlockCols);
+        const __m512i vb = _mm512_loadu_si512(blocks[q] + x * kBlockCols);
         for (int r = 0; r < MR; ++r) acc[h][r][q] = Op::madd(acc[h][r][q], va[r], vb);
       }
     }
@@ -315,7 +315,7 @@ struct Fp8Lines {
   static constexpr int64_t kAhead = 4096;
   MOE_X86_INLINE x86::E4m3ToBF16::Halves operator()(int64_t q) const {
     _mm_prefetch(reinterpret_cast<const char*>(block + kLineBytes * q + kAhead), _MM_HINT_T0);
-    return e4m3_to_bf16.in_lanes(_mm512_load_si512(block + kLineBytes * q));
+    return e4m3_to_bf16.in_lanes(_mm512_loadu_si512(block + kLineBytes * q));
   }
 };
 

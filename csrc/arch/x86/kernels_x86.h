@@ -518,7 +518,7 @@ MOE_X86_INLINE void widen_fp8_lines(const E4m3ToBF16& e4m3_to_bf16, const uint8_
   const int64_t lines = (k + 31) / 32 * 32 / 4;
   for (int64_t q = 0; q < lines; ++q) {
     _mm_prefetch(reinterpret_cast<const char*>(block + 64 * q + kAhead), _MM_HINT_T0);
-    const auto pairs = e4m3_to_bf16.in_lanes(_mm512_load_si512(block + 64 * q));
+    const auto pairs = e4m3_to_bf16.in_lanes(_mm512_loadu_si512(block + 64 * q));
     _mm512_store_si512(panel + 128 * q, line(q, pairs.first));
     _mm512_store_si512(panel + 128 * q + 64, line(q, pairs.second));
   }
