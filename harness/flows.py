@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness import build as builds
-from harness import console, containers, host, images, publish, suite
+from harness import console, containers, host, images, publish, suite, summary, verdict
 from harness.errors import HarnessError
 from harness.summary import write_summary
 from harness.targets import Target, load_targets, select
@@ -45,6 +45,10 @@ def _targets(arches: list[str]) -> list[Target]:
     return select(load_targets(REPO / "pyproject.toml"), arches)
 
 
+def _allowed() -> tuple[verdict.Allowed, ...]:
+    return verdict.load_allowed(REPO / "pyproject.toml", load_targets(REPO / "pyproject.toml"))
+
+
 def builds_planned(targets: list[Target], requested: list[str], host: str) -> list[tuple[Target, str]]:
     """(target, builder) pairs to build; a builder no selected target lists is an error."""
     for name in requested:
@@ -75,13 +79,14 @@ def _build(target: Target, builder: str, tools: builds.Tools, force: bool, steps
 
 
 def _test(target: Target, builder: str, wheel: Path, pytest_args: list[str],
-          steps: console.StepLog) -> list[suite.RunRecord]:
+          steps: console.StepLog, stage: str = "full") -> list[suite.RunRecord]:
     specs = images.ensure_images(target, WORK / "images", steps, upto="test")
     records = suite.run_suite(
         target, builder, test_image=specs["test"].tag, wheel=wheel, repo=REPO, reports=REPORTS,
-        steps=steps, pytest_args=pytest_args,
+        steps=steps, pytest_args=pytest_args, stage=stage,
     )
-    publish.record_tested(target, wheel, records, REPORTS)  # what publish may upload
+    if stage == "full":
+        publish.record_tested(target, wheel, records, REPORTS)  # what publish may upload
     return records
 
 
@@ -121,18 +126,28 @@ def test(arch: str, posargs: Sequence[str]) -> bool:
     """Test the wheel already in wheelhouse/ (nox -s build makes it)."""
     options = parse_posargs(posargs)
     (target,) = _targets([arch])
+    allowed = _allowed()
     steps = console.StepLog()
     with containers.terminate_as_exit():
         _prepare([target], steps)
         wheel = builds.find_wheel(WHEELHOUSE, arch)
         records = _test(target, builds.built_by(wheel, WORK / "wheels"), wheel, options.pytest_args, steps)
-    return write_summary(records, steps, REPORTS)
+    return write_summary(records, steps, REPORTS, allowed)
+
+
+def _could_not(target: Target, builder: str, error: Exception, stage: str) -> suite.RunRecord:
+    """A record for a step that raised: reported in the summary, and the matrix goes on."""
+    traceback.print_exc()
+    why = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    return suite.RunRecord.could_not_run(target, builder, why[:400], stage)
 
 
 def matrix(posargs: Sequence[str], tools: builds.Tools) -> bool:
-    """Build and test every target (with each builder asked for); a failure does not stop the rest."""
+    """Build every (target, builder) wheel, run the canary selection on every run of
+    each, then the full suites; a failure does not stop the rest."""
     options = parse_posargs(posargs)
     targets = _targets(options.arches)
+    allowed = _allowed()
     planned = builds_planned(targets, options.builders, builds.host_arch())
     steps = console.StepLog()
     records: list[suite.RunRecord] = []
@@ -146,21 +161,39 @@ def matrix(posargs: Sequence[str], tools: builds.Tools) -> bool:
                 for target in targets:
                     if target.runner == "qemu":
                         background.submit(_background_images, target, steps)
+            wheels = []
             for target, builder in planned:
                 try:
-                    wheel = _build(target, builder, tools, options.force, steps)
-                    records += _test(target, builder, wheel, options.pytest_args, steps)
-                except Exception as error:  # reported in the summary, then the next build
-                    traceback.print_exc()
-                    why = f"{type(error).__name__}: {str(error).splitlines()[0]}"
-                    records.append(suite.RunRecord.could_not_run(target, builder, why[:200]))
+                    wheels.append((target, builder, _build(target, builder, tools, options.force, steps)))
+                except Exception as error:
+                    records.append(_could_not(target, builder, error, "full"))
+            for stage in suite.STAGES:  # canary first: an aarch64-only defect shows in minutes
+                for target, builder, wheel in wheels:
+                    try:
+                        stage_records = _test(target, builder, wheel, options.pytest_args, steps, stage)
+                    except Exception as error:
+                        stage_records = [_could_not(target, builder, error, stage)]
+                    records += stage_records
+                    if stage == "canary":
+                        report_at_once(stage_records, allowed)
             background.shutdown(wait=True)
         except BaseException:  # interrupted: stop the background work too
             console.stop_all()
             raise
-    ok = write_summary(records, steps, REPORTS)  # prints the steps' table too
+    ok = write_summary(records, steps, REPORTS, allowed)  # prints the steps' table too
     _print_build_time_ratios(steps)
     return ok
+
+
+def report_at_once(records: list[suite.RunRecord], allowed: Sequence[verdict.Allowed]) -> None:
+    """Print a canary stage's failures now, not after the full suites."""
+    rows = [summary.judge(record) for record in records]
+    failures = summary.failure_lines(rows, summary.verdicts(rows, allowed))
+    first = records[0]
+    print(f"==> canary stage of {first.target} ({first.builder}): "
+          f"{'FAILED' if failures else 'passed'}", flush=True)
+    for line in failures:
+        print(line, flush=True)
 
 
 def _background_images(target: Target, steps: console.StepLog) -> None:
