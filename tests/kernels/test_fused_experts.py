@@ -102,6 +102,7 @@ BOTH_LAYOUTS = pytest.mark.parametrize("packed", [False, True], ids=["unpacked",
 EVERY_METHOD = pytest.mark.parametrize("method", METHODS.values(), ids=METHODS.keys())
 
 
+@pytest.mark.canary
 @EVERY_METHOD
 @BOTH_LAYOUTS
 def test_row_with_only_negative_ids_is_zero(method: int, packed: bool) -> None:
@@ -117,7 +118,6 @@ def test_row_with_only_negative_ids_is_zero(method: int, packed: bool) -> None:
     assert_matches_reference(actual, expected, method, torch.bfloat16)
 
 
-@pytest.mark.canary
 @EVERY_METHOD
 @BOTH_LAYOUTS
 def test_inplace_equals_out_of_place(method: int, packed: bool) -> None:
