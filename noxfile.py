@@ -79,7 +79,7 @@ def test_arm64(session: nox.Session) -> None:
 
 @nox.session
 def matrix(session: nox.Session) -> None:
-    """Build and test every target (-- --arch A, --builder B to pick); ends with reports/summary.md."""
+    """Every wheel, the canary tests on every run, then the full suites (-- --arch A, --builder B)."""
     _run(session, flows.matrix, session.posargs, _build_tools(session))
 
 

@@ -74,15 +74,17 @@ def crashes(log: str, outcomes: Mapping[str, Outcome]) -> list[Crash]:
     dumps = []  # (signal, test file, line, function) per fatal error
     for match in _FATAL.finditer(log):
         name = match.group(1)
-        rest = log[match.end():]
-        current = rest.find("Current thread")
-        frame = _FRAME.search(rest, current if current >= 0 else 0)
+        # the crashed thread's stack, innermost first, up to the blank line that ends it
+        start = log.find("Current thread", match.end())
+        stack = log[start:log.find("\n\n", start)] if start >= 0 else ""
+        frame = _FRAME.search(stack)
         file, line, function = frame.groups() if frame else ("", "", "")
         dumps.append((f"{FATAL_ERRORS[name]} ({name})", file, line, function))
     crashed = [test for test, outcome in outcomes.items() if _WORKER_CRASH.search(outcome.reason)]
     found = []
     for test in crashed:
-        dump = next((d for d in dumps if test.split("[")[0] == f"{d[1]}::{d[3]}"), None)
+        base = test.split("[")[0]
+        dump = next((d for d in dumps if base.startswith(f"{d[1]}::") and base.endswith(f"::{d[3]}")), None)
         if dump:
             dumps.remove(dump)
         found.append(Crash(dump[0] if dump else "a signal faulthandler cannot report (SIGKILL?)", test))
