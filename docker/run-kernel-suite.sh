@@ -19,7 +19,8 @@ export MOE_KERNELS_REPORT_DIR=$report_dir
 # A crashed process under QEMU would otherwise write a core of the emulated guest.
 ulimit -c 0
 # xunit1: each test's file in the report (harness/verdict.py). A crashed xdist worker
-# ends the run at once (the default restarts up to 4 workers per process, each
-# re-importing torch, under QEMU for minutes); faulthandler names its signal.
+# ends the run at once (by default xdist restarts up to 4 per worker, each importing
+# torch again, minutes under QEMU, to crash on the next test); faulthandler names
+# the signal in the output.
 python -m pytest tests/kernels -p no:cacheprovider -o junit_family=xunit1 --max-worker-restart=0 \
     --junitxml="$report_dir/junit.xml" "$@" 2>&1 | tee "$report_dir/pytest.log"

@@ -57,7 +57,6 @@ FATAL_ERRORS = {
     "Floating-point exception": "SIGFPE",
     "Aborted": "SIGABRT",
 }
-_FATAL = re.compile(r"Fatal Python error: (" + "|".join(FATAL_ERRORS) + ")")
 _FRAME = re.compile(r'File "(?:[^"]*/)?(tests/[^"]+\.py)", line (\d+) in (\S+)')
 _WORKER_CRASH = re.compile(r"worker '[^']+' crashed while running '([^']+)'")
 
@@ -65,33 +64,32 @@ _WORKER_CRASH = re.compile(r"worker '[^']+' crashed while running '([^']+)'")
 @dataclasses.dataclass(frozen=True)
 class Crash:
     signal: str  # "SIGILL (Illegal instruction)", or what is known
-    where: str  # the test ID, or the test file and line when pytest could not say
+    where: tuple[str, ...]  # the test IDs, or the test file and line when pytest could not say
 
 
-def crashes(log: str, outcomes: Mapping[str, Outcome]) -> list[Crash]:
-    """The crashed test processes of a run: faulthandler's dumps in the output, paired
-    with the tests pytest-xdist names as crashed (a SIGKILL leaves no dump)."""
-    dumps = []  # (signal, test file, line, function) per fatal error
-    for match in _FATAL.finditer(log):
-        name = match.group(1)
-        # the crashed thread's stack, innermost first, up to the blank line that ends it
-        start = log.find("Current thread", match.end())
-        stack = log[start:log.find("\n\n", start)] if start >= 0 else ""
-        frame = _FRAME.search(stack)
-        file, line, function = frame.groups() if frame else ("", "", "")
-        dumps.append((f"{FATAL_ERRORS[name]} ({name})", file, line, function))
+def crash(log: str, outcomes: Mapping[str, Outcome]) -> Crash | None:
+    """The crashed test processes of a run: the tests pytest-xdist names as crashed,
+    with the signal of faulthandler's dumps in the output (a SIGKILL leaves none).
+
+    Workers that crash at once write their dumps into one stream, interleaved, so
+    the signals are read as a set, and a stack only where xdist named no test."""
+    first = log.find("Fatal Python error: ")
+    dumped = log[first:] if first >= 0 else ""
+    signals = " or ".join(f"{number} ({name})" for name, number in FATAL_ERRORS.items() if name in dumped)
     crashed = [test for test, outcome in outcomes.items() if _WORKER_CRASH.search(outcome.reason)]
-    found = []
-    for test in crashed:
-        base = test.split("[")[0]
-        dump = next((d for d in dumps if base.startswith(f"{d[1]}::") and base.endswith(f"::{d[3]}")), None)
-        if dump:
-            dumps.remove(dump)
-        found.append(Crash(dump[0] if dump else "a signal faulthandler cannot report (SIGKILL?)", test))
-    for name, file, line, function in dumps:  # no test named: collection, or no xdist
-        where = f"{file}::{function}" if function.startswith("test") else f"{file} line {line} ({function})"
-        found.append(Crash(name, where if file else "outside the tests"))
-    return found
+    if crashed:
+        return Crash(signals or "a signal faulthandler cannot report (SIGKILL?)", tuple(crashed))
+    if not signals:
+        return None
+    # No test named: a crash while collecting, or a run without xdist. The crashed
+    # thread's stack, innermost first, up to the blank line that ends it.
+    start = dumped.find("Current thread")
+    stack = dumped[start:dumped.find("\n\n", start)] if start >= 0 else ""
+    frame = _FRAME.search(stack)
+    if not frame:
+        return Crash(signals, ("outside the tests",))
+    file, line, function = frame.groups()
+    return Crash(signals, (f"{file}::{function}" if function.startswith("test") else f"{file} line {line} ({function})",))
 
 
 def _exit_signal(exit_code: int | None) -> str:
@@ -202,8 +200,8 @@ def judge(record: RunRecord) -> Row:
     else:
         problems.append("no JUnit report")
     log = report_dir / "pytest.log"
-    for crash in crashes(log.read_text(errors="replace") if log.exists() else "", outcomes or {}):
-        problems.append(f"crashed: {crash.signal} in {crash.where} on CPU {record.cpu}")
+    if crashed := crash(log.read_text(errors="replace") if log.exists() else "", outcomes or {}):
+        problems.append(f"crashed: {crashed.signal} in {', '.join(crashed.where)} on CPU {record.cpu}")
     if outcomes is not None and counts.tests == 0 and not problems:
         problems.append("no tests ran")
     if counts.failures:

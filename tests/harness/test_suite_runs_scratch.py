@@ -6,6 +6,7 @@ or hang on."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -29,7 +30,7 @@ def test_bias_swiglu():
 
 @pytest.mark.parametrize("case", range(6))
 def test_kernel(case):
-    if os.environ.get("SCRATCH_CRASH") == str(case):
+    if os.environ.get("SCRATCH_CRASH") in (str(case), "every"):
         os.kill(os.getpid(), signal.SIGILL)
 '''
 # What a test-side writer does (the kernel-use interface): only where the harness says.
@@ -97,7 +98,16 @@ def test_a_test_skipped_on_aarch64_only_fails_the_matrix_naming_it_and_both_runs
 def test_a_worker_killed_by_sigill_fails_its_run_at_once_naming_signal_test_and_cpu(scratch):
     run = suite_run(scratch, "arm", "aarch64", "a64fx", "neon", SCRATCH_CRASH="3")
     assert run.exit_code != 0
-    result = judge(run).result
-    assert result.startswith(
-        "FAILED: crashed: SIGILL (Illegal instruction) in tests/kernels/test_scratch.py::test_kernel[3] on CPU a64fx"
-    ), result
+    assert judge(run).result == (
+        "FAILED: crashed: SIGILL (Illegal instruction) in tests/kernels/test_scratch.py::test_kernel[3] on CPU a64fx, "
+        "1 failed")
+
+
+def test_both_workers_killed_at_once_are_both_named(scratch):
+    """Their faulthandler dumps interleave in the output. No worker is restarted: by
+    default xdist restarts up to 4 per worker, each re-importing torch (minutes under
+    QEMU) to crash on the next test, which kept a crashed run going for tens of minutes."""
+    result = judge(suite_run(scratch, "arm", "aarch64", "a64fx", "neon", SCRATCH_CRASH="every")).result
+    assert re.fullmatch(r"FAILED: crashed: SIGILL \(Illegal instruction\) in tests/kernels/test_scratch.py::"
+                        r"test_kernel\[\d\], tests/kernels/test_scratch.py::test_kernel\[\d\] on CPU a64fx, 2 failed",
+                        result), result

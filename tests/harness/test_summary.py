@@ -218,3 +218,16 @@ def test_an_allowed_difference_is_shown_with_its_reason(tmp_path):
     assert write_summary(records, console.StepLog(), tmp_path / "reports", allowed)
     text = (tmp_path / "reports" / "summary.md").read_text()
     assert "| `tests/t.py::test_a` | aarch64 (max) | skipped | needs SME | 1 |" in text
+
+
+def test_two_workers_crashing_at_once_interleave_their_dumps_and_both_tests_are_named(tmp_path):
+    # as two pytest-xdist workers under QEMU wrote it
+    log = ("Fatal Python error: Fatal Python error: Illegal instruction\n\nIllegal instructionThread 0x\n\n"
+           'Current thread 0x (most recent call first):\n  File , line 411 in _perform_spawn\n"/w/tests/x.py", line 13')
+    second = FAILING.replace("test_bad[int8]", "test_crash2").replace(
+        '<failure message="AssertionError: Tensor-likes are not close!&#10;Mismatched elements: 3">x</failure>',
+        "<error message=\"worker 'gw0' crashed while running 'tests/kernels/test_a.py::test_crash2'\">x</error>")
+    directory = run_dir(tmp_path, "run", {"junit.xml": second, "pytest.log": log})
+    assert judge(arm_record(directory)).result == (
+        "FAILED: crashed: SIGILL (Illegal instruction) in tests/kernels/test_a.py::test_crash2, "
+        "tests/kernels/test_a.py::test_crash on CPU a64fx, 2 failed")
