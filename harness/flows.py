@@ -187,8 +187,7 @@ def matrix(posargs: Sequence[str], tools: builds.Tools) -> bool:
 
 def report_at_once(records: list[suite.RunRecord], allowed: Sequence[verdict.Allowed]) -> None:
     """Print a canary stage's failures now, not after the full suites."""
-    rows = [summary.judge(record) for record in records]
-    failures = summary.failure_lines(rows, summary.verdicts(rows, allowed))
+    failures = summary.failure_lines(*summary.judge_all(records, allowed))
     first = records[0]
     print(f"==> canary stage of {first.target} ({first.builder}): "
           f"{'FAILED' if failures else 'passed'}", flush=True)

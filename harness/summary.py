@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness.console import StepLog, clock
 from harness.suite import STAGES, RunRecord
-from harness.verdict import FAILING, Allowed, Outcome, RunId, Verdict, compare, read_junit
+from harness.verdict import FAILING, Allowed, Drift, Outcome, RunId, Verdict, compare, read_junit
 
 SHOWN_PER_RUN = 10  # failing tests or drifts listed per run; the JSON has them all
 
@@ -230,6 +230,25 @@ def verdicts(rows: Sequence[Row], allowed: Sequence[Allowed] = ()) -> dict[str, 
     }
 
 
+def _drifts(row: Row, verdict: Mapping[str, Verdict]) -> list[Drift]:
+    stage_verdict = verdict.get(row.record.stage)
+    return [drift for drift in stage_verdict.drifts if drift.run == row.run_id] if stage_verdict else []
+
+
+def judge_all(records: Sequence[RunRecord], allowed: Sequence[Allowed] = ()) -> tuple[list[Row], dict[str, Verdict]]:
+    """Every run judged alone, then against the other runs of its stage: a run whose
+    tests did not run as on the others fails too."""
+    rows = [judge(record) for record in records]
+    verdict = verdicts(rows, allowed)
+    judged = []
+    for row in rows:
+        if drifts := _drifts(row, verdict):
+            problem = f"{len(drifts)} tests did not run as on the other runs"
+            row = dataclasses.replace(row, result=f"{row.result}, {problem}" if not row.ok else f"FAILED: {problem}")
+        judged.append(row)
+    return judged, verdict
+
+
 def _capped(lines: list[str], indent: str = "  ") -> list[str]:
     more = len(lines) - SHOWN_PER_RUN
     return [f"{indent}- {line}" for line in lines[:SHOWN_PER_RUN]] + (
@@ -237,18 +256,13 @@ def _capped(lines: list[str], indent: str = "  ") -> list[str]:
 
 
 def failure_lines(rows: Sequence[Row], verdict: Mapping[str, Verdict]) -> list[str]:
-    """Markdown list: each failed run with its failing tests, then each drift, by run."""
+    """Markdown list: each failed run, its failing tests, and the tests that ran otherwise on it."""
     lines = []
     for row in rows:
         if not row.ok:
             lines.append(f"- {row.record.stage} {row.run_id}: {row.result}")
             lines += _capped([f"`{test}` ({outcome.outcome}): {outcome.reason}" for test, outcome in row.failing])
-    for stage, stage_verdict in verdict.items():
-        runs = list(dict.fromkeys(drift.run for drift in stage_verdict.drifts))
-        for run in runs:
-            drifts = [drift for drift in stage_verdict.drifts if drift.run == run]
-            lines.append(f"- {stage}: {len(drifts)} tests did not run as on the other runs on {run}:")
-            lines += _capped([f"`{drift}`" for drift in drifts])
+            lines += _capped([f"`{drift}`" for drift in _drifts(row, verdict)])
     return lines
 
 
@@ -269,9 +283,8 @@ def _table(rows: Sequence[Row]) -> list[str]:
     return lines
 
 
-def markdown(rows: Sequence[Row], steps: StepLog, verdict: Mapping[str, Verdict] | None = None,
+def markdown(rows: Sequence[Row], steps: StepLog, verdict: Mapping[str, Verdict],
              allowed: Sequence[Allowed] = ()) -> str:
-    verdict = verdicts(rows, allowed) if verdict is None else verdict
     lines = ["## moe-kernels test matrix", ""]
     for stage in STAGES:
         stage_rows = [row for row in rows if row.record.stage == stage]
@@ -280,7 +293,7 @@ def markdown(rows: Sequence[Row], steps: StepLog, verdict: Mapping[str, Verdict]
     lines += ["### Same tests on every run", ""]
     for stage, stage_verdict in verdict.items():
         compared = sum(1 for row in rows if row.record.stage == stage and row.outcomes is not None)
-        state = "the same" if stage_verdict.ok else f"{len(stage_verdict.drifts)} differences (below)"
+        state = "the same" if stage_verdict.ok else f"{len(stage_verdict.drifts)} not the same (below)"
         lines.append(f"- {stage}: {stage_verdict.tests} test IDs over {compared} runs: {state}")
     if allowed:
         lines += ["", "Allowed differences ([tool.moe-kernels] allowed-differences):", "",
@@ -307,9 +320,8 @@ def _run_data(row: Row) -> dict[str, object]:
 def write_summary(records: list[RunRecord], steps: StepLog, reports: Path, allowed: Sequence[Allowed] = ()) -> bool:
     """Print and write reports/summary.{md,json}; True when every run passed and the
     runs of each stage ran the same tests."""
-    rows = [judge(record) for record in records]
-    verdict = verdicts(rows, allowed)
-    ok = bool(rows) and all(row.ok for row in rows) and all(v.ok for v in verdict.values())
+    rows, verdict = judge_all(records, allowed)
+    ok = bool(rows) and all(row.ok for row in rows)
     text = markdown(rows, steps, verdict, allowed)
     reports.mkdir(parents=True, exist_ok=True)
     (reports / "summary.md").write_text(text)

@@ -124,7 +124,7 @@ def test_a_failed_run_names_its_failing_tests_and_the_crash_with_its_signal(tmp_
     row = judge(arm_record(directory))
     assert row.result == ("FAILED: crashed: SIGILL (Illegal instruction) in tests/kernels/test_a.py::test_crash "
                           "on CPU a64fx, 2 failed")
-    text = summary.markdown([row], console.StepLog())
+    text = summary.markdown([row], console.StepLog(), {})
     assert ("  - `tests/kernels/test_a.py::test_bad[int8]` (failed): AssertionError: Tensor-likes are not close!"
             in text)
     assert "- full aarch64 (cross) CPU a64fx, ISA neon: FAILED: crashed: SIGILL" in text
@@ -170,7 +170,7 @@ def test_kernel_use_and_property_cases_are_merged_over_the_processes(tmp_path):
     row = judge(arm_record(directory, exit_code=0, cpu="max", isa="i8mm"))
     assert row.ok and row.kernels == {"i8mm": {"gemm_s8": 7, "gemm_bf16": 1, "gemm_f32": 0}, "neon": {"gemm_f32": 2}}
     assert row.properties == {"valid": 42, "invalid": 6, "crashes": 1}
-    text = summary.markdown([row], console.StepLog())
+    text = summary.markdown([row], console.StepLog(), {})
     assert "| i8mm: gemm_bf16 gemm_s8; neon: gemm_f32 | 42/6/1 |" in text
     assert summary.kernels_text({"avx2": {"gemm_f32": 1}, "generic": {"pack": 2}}, "generic") == (
         "generic: pack; avx2: gemm_f32")
