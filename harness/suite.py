@@ -159,6 +159,7 @@ def run_suite(
             console.note(f"{target.arch}: the library supports {unlisted}, not in the table's isa-levels")
     else:
         supported = None
+    verb = "test" if stage == "full" else stage
     for run in planned_runs(target, supported):
         report_dir = target_reports / run.name
         report_dir.mkdir(parents=True)
@@ -167,11 +168,11 @@ def run_suite(
             run, image=test_image, wheel=wheel, repo=repo, report_dir=report_dir, name=name,
             pytest_args=["-n", str(os.cpu_count() or 1), *STAGES[stage], *pytest_args],
         )
-        with steps.step(f"{'test' if stage == 'full' else stage} {run.target.arch} ({builder}) {run.cpu} {run.isa}"):
+        with steps.step(f"{verb} {run.target.arch} ({builder}) {run.cpu} {run.isa}"):
             start = time.monotonic()
             try:
                 exit_code = console.run_streamed(
-                    command, f"{stage} {run.name}", check=False,
+                    command, f"{verb} {run.name}", check=False,
                     timeout=RUN_TIMEOUT_SECONDS if stage == "full" else CANARY_TIMEOUT_SECONDS,
                 )
             finally:
