@@ -32,7 +32,7 @@ class CommandFailed(RuntimeError):
 
 
 # A compiler's or CMake's error line (gcc, clang, ld through collect2, cmake).
-_ERROR_LINE = re.compile(r"\b(?:fatal )?error:|^CMake Error")
+_ERROR_LINE = re.compile(r"\berror:|^CMake Error")
 
 
 def first_error_line(line: str) -> str:
