@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -144,7 +144,7 @@ def _could_not(target: Target, builder: str, error: Exception, stage: str) -> su
 
 def matrix(posargs: Sequence[str], tools: builds.Tools) -> bool:
     """Build every (target, builder) wheel, run the canary selection on every run of
-    each, then the full suites; a failure does not stop the rest."""
+    each, then the full suites (see batches()); a failure does not stop the rest."""
     options = parse_posargs(posargs)
     targets = _targets(options.arches)
     allowed = _allowed()
@@ -161,21 +161,8 @@ def matrix(posargs: Sequence[str], tools: builds.Tools) -> bool:
                 for target in targets:
                     if target.runner == "qemu":
                         background.submit(_background_images, target, steps)
-            wheels = []
-            for target, builder in planned:
-                try:
-                    wheels.append((target, builder, _build(target, builder, tools, options.force, steps)))
-                except Exception as error:
-                    records.append(_could_not(target, builder, error, "full"))
-            for stage in suite.STAGES:  # canary first: an aarch64-only defect shows in minutes
-                for target, builder, wheel in wheels:
-                    try:
-                        stage_records = _test(target, builder, wheel, options.pytest_args, steps, stage)
-                    except Exception as error:
-                        stage_records = [_could_not(target, builder, error, stage)]
-                    records += stage_records
-                    if stage == "canary":
-                        report_at_once(stage_records, allowed)
+            for batch in batches(planned, _images_made):
+                records += _build_then_stages(batch, tools, options, steps, allowed)
             background.shutdown(wait=True)
         except BaseException:  # interrupted: stop the background work too
             console.stop_all()
@@ -183,6 +170,43 @@ def matrix(posargs: Sequence[str], tools: builds.Tools) -> bool:
     ok = write_summary(records, steps, REPORTS, allowed)  # prints the steps' table too
     _print_build_time_ratios(steps)
     return ok
+
+
+def _images_made(target: Target) -> bool:
+    return all(images.image_exists(spec.tag)
+               for spec in images.image_specs(target, images.DOCKER_DIR, host.ca_bundle()).values())
+
+
+def batches(planned: list[tuple[Target, str]], images_made: Callable[[Target], bool]) -> list[list[tuple[Target, str]]]:
+    """The builds in the order the matrix takes them: an emulated target whose images
+    are still to be made (in the background) comes in a later batch, so that the
+    others' suites overlap the making; with every image made, one batch."""
+    waiting = {target.arch for target, _ in planned if target.runner == "qemu" and not images_made(target)}
+    first = [(target, builder) for target, builder in planned if target.arch not in waiting]
+    later = [(target, builder) for target, builder in planned if target.arch in waiting]
+    return [batch for batch in (first, later) if batch]
+
+
+def _build_then_stages(batch: list[tuple[Target, str]], tools: builds.Tools, options: Options,
+                       steps: console.StepLog, allowed: Sequence[verdict.Allowed]) -> list[suite.RunRecord]:
+    """Every wheel of the batch, then the canary selection on every run of each (its
+    failures printed at once), then the full suites."""
+    records, wheels = [], []
+    for target, builder in batch:
+        try:
+            wheels.append((target, builder, _build(target, builder, tools, options.force, steps)))
+        except Exception as error:
+            records.append(_could_not(target, builder, error, "full"))
+    for stage in suite.STAGES:
+        for target, builder, wheel in wheels:
+            try:
+                stage_records = _test(target, builder, wheel, options.pytest_args, steps, stage)
+            except Exception as error:
+                stage_records = [_could_not(target, builder, error, stage)]
+            records += stage_records
+            if stage == "canary":
+                report_at_once(stage_records, allowed)
+    return records
 
 
 def report_at_once(records: list[suite.RunRecord], allowed: Sequence[verdict.Allowed]) -> None:

@@ -155,6 +155,7 @@ def test_matrix_builds_every_wheel_then_runs_the_canary_everywhere_then_the_full
     monkeypatch.setattr(flows.builds, "host_arch", lambda: "x86_64")
     monkeypatch.setattr(flows, "_prepare", lambda targets, steps: None)
     monkeypatch.setattr(flows, "_background_images", lambda target, steps: None)
+    monkeypatch.setattr(flows, "_images_made", lambda target: True)
     monkeypatch.setattr(flows, "_build", build)
     monkeypatch.setattr(flows, "_test", test)
     monkeypatch.setattr(flows, "write_summary", lambda records, steps, reports, allowed: summarized.extend(records))
@@ -171,6 +172,14 @@ def test_matrix_builds_every_wheel_then_runs_the_canary_everywhere_then_the_full
     assert ("==> canary stage of aarch64 (cross): FAILED\n"
             "- canary aarch64 (cross) CPU max, ISA i8mm: FAILED: 1 failed\n"
             "  - `tests/t.py::test_a` (failed): AssertionError: wrong number\n") in out
+
+
+def test_an_emulated_target_whose_images_are_being_made_comes_in_a_later_batch(targets):
+    x86, arm = targets["x86_64"], targets["aarch64"]
+    planned = [(x86, "cibuildwheel"), (arm, "cross"), (arm, "cibuildwheel")]
+    assert flows.batches(planned, lambda target: True) == [planned]
+    assert flows.batches(planned, lambda target: False) == [planned[:1], planned[1:]]
+    assert flows.batches(planned[1:], lambda target: False) == [planned[1:]]
 
 
 def test_a_failed_command_names_its_first_compiler_error(tmp_path):
