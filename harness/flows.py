@@ -190,7 +190,7 @@ def batches(planned: list[tuple[Target, str]], images_made: Callable[[Target], b
 def _build_then_stages(batch: list[tuple[Target, str]], tools: builds.Tools, options: Options,
                        steps: console.StepLog, allowed: Sequence[verdict.Allowed]) -> list[suite.RunRecord]:
     """Every wheel of the batch, then the canary selection on every run of each (its
-    failures printed at once), then the full suites."""
+    failures printed at once, emulated targets first), then the full suites."""
     records, wheels = [], []
     for target, builder in batch:
         try:
@@ -198,7 +198,9 @@ def _build_then_stages(batch: list[tuple[Target, str]], tools: builds.Tools, opt
         except Exception as error:
             records.append(_could_not(target, builder, error, "full"))
     for stage in suite.STAGES:
-        for target, builder, wheel in wheels:
+        # The emulated canaries first: they are slow, and where a defect hides from x86.
+        order = sorted(wheels, key=lambda built: built[0].runner != "qemu") if stage == "canary" else wheels
+        for target, builder, wheel in order:
             try:
                 stage_records = _test(target, builder, wheel, options.pytest_args, steps, stage)
             except Exception as error:

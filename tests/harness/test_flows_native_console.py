@@ -161,9 +161,9 @@ def test_matrix_builds_every_wheel_then_runs_the_canary_everywhere_then_the_full
     monkeypatch.setattr(flows, "write_summary", lambda records, steps, reports, allowed: summarized.extend(records))
     flows.matrix(["--builder", "cross", "--builder", "cibuildwheel"], tools=None)
     assert calls == [("build", "x86_64"), ("build", "aarch64"), ("build", "aarch64"),
-                     ("canary", "x86_64"), ("canary", "aarch64"), ("full", "x86_64"), ("full", "aarch64")]
+                     ("canary", "aarch64"), ("canary", "x86_64"), ("full", "x86_64"), ("full", "aarch64")]
     assert [(r.target, r.builder, r.stage) for r in summarized] == [
-        ("aarch64", "cibuildwheel", "full"), ("x86_64", "cibuildwheel", "canary"), ("aarch64", "cross", "canary"),
+        ("aarch64", "cibuildwheel", "full"), ("aarch64", "cross", "canary"), ("x86_64", "cibuildwheel", "canary"),
         ("x86_64", "cibuildwheel", "full"), ("aarch64", "cross", "full")]
     assert summarized[0].failure == ("CommandFailed: build aarch64: cibuildwheel exited with 1; "
                                      "first error: csrc/x.cpp:3:1: error: boom")
