@@ -16,7 +16,7 @@ import nox
 sys.path.insert(0, str(Path(__file__).parent))
 
 from harness import build as builds  # noqa: E402
-from harness import flows  # noqa: E402
+from harness import flows, suite  # noqa: E402
 from harness.errors import HarnessError  # noqa: E402
 
 nox.needs_version = ">=2024.4.15"
@@ -44,7 +44,7 @@ def _run(session: nox.Session, flow: Callable[..., bool | None], *args: object) 
 def tests(session: nox.Session) -> None:
     """Host-side tests: the harness's unit tests and the aarch64 drift proofs (no Docker)."""
     # The drift proofs cross-compile, and the version tests ask setuptools-scm: the pinned backend.
-    session.install("pytest", "packaging", *builds.backend_requirements())
+    session.install(*suite.host_test_requirements(), "packaging", *builds.backend_requirements())
     session.run("pytest", "tests/harness", "tests/drift", *session.posargs)
 
 

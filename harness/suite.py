@@ -18,6 +18,7 @@ from pathlib import Path
 
 from harness import console, containers
 from harness.targets import Target
+from harness.wheels import requirement_lines
 
 DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
 # Under QEMU an import of torch takes about 9 s and the suite minutes; a hung
@@ -26,6 +27,13 @@ RUN_TIMEOUT_SECONDS = 40 * 60
 # pytest arguments of each stage: the canary selection first on every run, then the full suite.
 STAGES = {"canary": ["-m", "canary"], "full": []}
 CANARY_TIMEOUT_SECONDS = 10 * 60
+
+
+def host_test_requirements(docker_dir: Path = DOCKER_DIR) -> list[str]:
+    """pytest and pytest-xdist pinned as in the test image: tests/harness runs the
+    suite's script on scratch projects, whose crashes must behave as in the containers."""
+    pinned = requirement_lines(docker_dir / "requirements-test.txt")
+    return [line for line in pinned if line.split("==")[0] in ("pytest", "pytest-xdist")]
 
 
 @dataclasses.dataclass(frozen=True)
