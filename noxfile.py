@@ -16,7 +16,7 @@ import nox
 sys.path.insert(0, str(Path(__file__).parent))
 
 from harness import build as builds  # noqa: E402
-from harness import flows  # noqa: E402
+from harness import flows, suite  # noqa: E402
 from harness.errors import HarnessError  # noqa: E402
 
 nox.needs_version = ">=2024.4.15"
@@ -46,8 +46,9 @@ def tests(session: nox.Session) -> None:
     from harness import native
 
     # The drift proofs cross-compile, and build and run the library natively (torch);
-    # the version tests ask setuptools-scm: the pinned backend.
-    session.install("pytest", "packaging", native.host_torch_requirement(), *builds.backend_requirements())
+    # the scratch suite runs use xdist; the version tests ask setuptools-scm: the pinned backend.
+    session.install(*suite.host_test_requirements(), "packaging", native.host_torch_requirement(),
+                    *builds.backend_requirements())
     session.run("pytest", "tests/harness", "tests/drift", *session.posargs)
 
 
@@ -82,7 +83,7 @@ def test_arm64(session: nox.Session) -> None:
 
 @nox.session
 def matrix(session: nox.Session) -> None:
-    """Build and test every target (-- --arch A, --builder B to pick); ends with reports/summary.md."""
+    """Every wheel, the canary tests on every run, then the full suites (-- --arch A, --builder B)."""
     _run(session, flows.matrix, session.posargs, _build_tools(session))
 
 

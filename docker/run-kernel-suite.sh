@@ -2,6 +2,8 @@
 # Runs inside a test container: installs the built wheel (never the source
 # tree), records the kernel path moe_kernels selects under this CPU, and runs
 # the kernel suite. Usage: run-kernel-suite.sh WHEEL REPORT_DIR [PYTEST_ARGS...]
+# REPORT_DIR gets isa.txt, junit.xml, pytest.log (the suite's output, where the
+# summary finds a crashed worker's signal) and whatever the tests write there.
 set -euo pipefail
 
 wheel=$1
@@ -13,4 +15,12 @@ python -m pip install --quiet --no-index --no-deps "$wheel"
 python -m pip check
 python -c 'import moe_kernels; print(moe_kernels.isa())' > "$report_dir/isa.txt"
 echo "moe_kernels.isa() = $(cat "$report_dir/isa.txt")"
-exec python -m pytest tests/kernels -p no:cacheprovider --junitxml="$report_dir/junit.xml" "$@"
+export MOE_KERNELS_REPORT_DIR=$report_dir
+# A crashed process under QEMU would otherwise write a core of the emulated guest.
+ulimit -c 0
+# xunit1: each test's file in the report (harness/verdict.py). A crashed xdist worker
+# ends the run at once (by default xdist restarts up to 4 per worker, each importing
+# torch again, minutes under QEMU, to crash on the next test); faulthandler names
+# the signal in the output.
+python -m pytest tests/kernels -p no:cacheprovider -o junit_family=xunit1 --max-worker-restart=0 \
+    --junitxml="$report_dir/junit.xml" "$@" 2>&1 | tee "$report_dir/pytest.log"

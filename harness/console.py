@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import fcntl
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -22,10 +23,23 @@ from pathlib import Path
 
 
 class CommandFailed(RuntimeError):
-    def __init__(self, label: str, argv: Sequence[str], returncode: int):
-        super().__init__(f"{label}: {argv[0]} exited with {returncode}")
+    def __init__(self, label: str, argv: Sequence[str], returncode: int, first_error: str = ""):
+        said = f"; first error: {first_error}" if first_error else ""
+        super().__init__(f"{label}: {argv[0]} exited with {returncode}{said}")
         self.argv = list(argv)
         self.returncode = returncode
+        self.first_error = first_error
+
+
+# A compiler's or CMake's error line (gcc, clang, ld through collect2, cmake).
+_ERROR_LINE = re.compile(r"\berror:|^CMake Error")
+
+
+def first_error_line(line: str) -> str:
+    """line if it reports an error, with the build tree's path before csrc/ dropped."""
+    if not _ERROR_LINE.search(line):
+        return ""
+    return re.sub(r"\S*/(?=csrc/)", "", line.strip())
 
 
 def clock(seconds: float) -> str:
@@ -79,7 +93,8 @@ def run_streamed(
 ) -> int:
     """Run argv, echoing each output line as `[label mm:ss] line`; return its exit code.
 
-    On timeout the process is killed and the exit code is 124 (as timeout(1)).
+    On timeout the process is killed and the exit code is 124 (as timeout(1)). A
+    failure raised (check) names the output's first error line, a compiler's above all.
     """
     start = time.monotonic()
     print(f"[{label} 00:00] $ {shlex.join(argv)}", flush=True)
@@ -97,10 +112,14 @@ def run_streamed(
         start_new_session=True,  # its own session, so that all of it can be stopped
     ) as process:
 
+        first_error = ""
+
         def echo() -> None:
+            nonlocal first_error
             assert process.stdout is not None
             for line in process.stdout:
                 print(f"[{label} {clock(time.monotonic() - start)}] {line.rstrip()}", flush=True)
+                first_error = first_error or first_error_line(line)
 
         # A thread echoes, so that a silent, hung process still meets its timeout.
         echoer = threading.Thread(target=echo, daemon=True)
@@ -119,7 +138,7 @@ def run_streamed(
             _running.discard(process.pid)
         echoer.join()
     if check and returncode != 0:
-        raise CommandFailed(label, argv, returncode)
+        raise CommandFailed(label, argv, returncode, first_error)
     return returncode
 
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness import build as builds
-from harness import console, containers, host, images, publish, suite
+from harness import console, containers, host, images, publish, suite, summary, verdict
 from harness.errors import HarnessError
 from harness.gha import TEST_SESSIONS
 from harness.summary import write_summary
@@ -46,6 +46,10 @@ def _targets(arches: list[str]) -> list[Target]:
     return select(load_targets(REPO / "pyproject.toml"), arches)
 
 
+def _allowed() -> tuple[verdict.Allowed, ...]:
+    return verdict.load_allowed(REPO / "pyproject.toml", load_targets(REPO / "pyproject.toml"))
+
+
 def builds_planned(targets: list[Target], requested: list[str], host: str) -> list[tuple[Target, str]]:
     """(target, builder) pairs to build; a builder no selected target lists is an error."""
     for name in requested:
@@ -76,14 +80,15 @@ def _build(target: Target, builder: str, tools: builds.Tools, force: bool, steps
 
 
 def _test(target: Target, builder: str, wheel: Path, pytest_args: list[str],
-          steps: console.StepLog) -> list[suite.RunRecord]:
+          steps: console.StepLog, stage: str = "full") -> list[suite.RunRecord]:
     specs = images.ensure_images(target, WORK / "images", steps, upto="test")
     with images.image_in_use(specs["test"].tag, f"nox -s {TEST_SESSIONS[target.arch]}"):
         records = suite.run_suite(
             target, builder, test_image=specs["test"].tag, wheel=wheel, repo=REPO, reports=REPORTS,
-            steps=steps, pytest_args=pytest_args,
+            steps=steps, pytest_args=pytest_args, stage=stage,
         )
-    publish.record_tested(target, wheel, records, REPORTS)  # what publish may upload
+    if stage == "full":
+        publish.record_tested(target, wheel, records, REPORTS)  # what publish may upload
     return records
 
 
@@ -123,18 +128,31 @@ def test(arch: str, posargs: Sequence[str]) -> bool:
     """Test the wheel already in wheelhouse/ (nox -s build makes it)."""
     options = parse_posargs(posargs)
     (target,) = _targets([arch])
+    allowed = _allowed()
     steps = console.StepLog()
     with containers.terminate_as_exit():
         _prepare([target], steps)
         wheel = builds.find_wheel(WHEELHOUSE, arch)
         records = _test(target, builds.built_by(wheel, WORK / "wheels"), wheel, options.pytest_args, steps)
-    return write_summary(records, steps, REPORTS)
+    return write_summary(records, steps, REPORTS, allowed)
+
+
+def _could_not(target: Target, builder: str, error: Exception, stage: str) -> suite.RunRecord:
+    """A record for a step that raised: reported in the summary, and the matrix goes on."""
+    if isinstance(error, HarnessError):
+        console.note(str(error))  # its message says it all
+    else:
+        traceback.print_exc()
+    why = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+    return suite.RunRecord.could_not_run(target, builder, why[:400], stage)
 
 
 def matrix(posargs: Sequence[str], tools: builds.Tools) -> bool:
-    """Build and test every target (with each builder asked for); a failure does not stop the rest."""
+    """Build every (target, builder) wheel, run the canary selection on every run of
+    each, then the full suites (see batches()); a failure does not stop the rest."""
     options = parse_posargs(posargs)
     targets = _targets(options.arches)
+    allowed = _allowed()
     planned = builds_planned(targets, options.builders, builds.host_arch())
     steps = console.StepLog()
     records: list[suite.RunRecord] = []
@@ -148,24 +166,64 @@ def matrix(posargs: Sequence[str], tools: builds.Tools) -> bool:
                 for target in targets:
                     if target.runner == "qemu":
                         background.submit(_background_images, target, steps)
-            for target, builder in planned:
-                try:
-                    wheel = _build(target, builder, tools, options.force, steps)
-                    records += _test(target, builder, wheel, options.pytest_args, steps)
-                except Exception as error:  # reported in the summary, then the next build
-                    if isinstance(error, HarnessError):
-                        console.note(str(error))  # its message says it all
-                    else:
-                        traceback.print_exc()
-                    why = f"{type(error).__name__}: {str(error).splitlines()[0]}"
-                    records.append(suite.RunRecord.could_not_run(target, builder, why[:200]))
+            for batch in batches(planned, _images_made):
+                records += _build_then_stages(batch, tools, options, steps, allowed)
             background.shutdown(wait=True)
         except BaseException:  # interrupted: stop the background work too
             console.stop_all()
             raise
-    ok = write_summary(records, steps, REPORTS)  # prints the steps' table too
+    ok = write_summary(records, steps, REPORTS, allowed)  # prints the steps' table too
     _print_build_time_ratios(steps)
     return ok
+
+
+def _images_made(target: Target) -> bool:
+    return all(images.image_exists(spec.tag)
+               for spec in images.image_specs(target, images.DOCKER_DIR, host.ca_bundle()).values())
+
+
+def batches(planned: list[tuple[Target, str]], images_made: Callable[[Target], bool]) -> list[list[tuple[Target, str]]]:
+    """The builds in the order the matrix takes them: an emulated target whose images
+    are still to be made (in the background) comes in a later batch, so that the
+    others' suites overlap the making; with every image made, one batch."""
+    waiting = {target.arch for target, _ in planned if target.runner == "qemu" and not images_made(target)}
+    first = [(target, builder) for target, builder in planned if target.arch not in waiting]
+    later = [(target, builder) for target, builder in planned if target.arch in waiting]
+    return [batch for batch in (first, later) if batch]
+
+
+def _build_then_stages(batch: list[tuple[Target, str]], tools: builds.Tools, options: Options,
+                       steps: console.StepLog, allowed: Sequence[verdict.Allowed]) -> list[suite.RunRecord]:
+    """Every wheel of the batch, then the canary selection on every run of each (its
+    failures printed at once, emulated targets first), then the full suites."""
+    records, wheels = [], []
+    for target, builder in batch:
+        try:
+            wheels.append((target, builder, _build(target, builder, tools, options.force, steps)))
+        except Exception as error:
+            records.append(_could_not(target, builder, error, "full"))
+    for stage in suite.STAGES:
+        # The emulated canaries first: they are slow, and where a defect hides from x86.
+        order = sorted(wheels, key=lambda built: built[0].runner != "qemu") if stage == "canary" else wheels
+        for target, builder, wheel in order:
+            try:
+                stage_records = _test(target, builder, wheel, options.pytest_args, steps, stage)
+            except Exception as error:
+                stage_records = [_could_not(target, builder, error, stage)]
+            records += stage_records
+            if stage == "canary":
+                report_at_once(stage_records, allowed)
+    return records
+
+
+def report_at_once(records: list[suite.RunRecord], allowed: Sequence[verdict.Allowed]) -> None:
+    """Print a canary stage's failures now, not after the full suites."""
+    failures = summary.failure_lines(*summary.judge_all(records, allowed))
+    first = records[0]
+    print(f"==> canary stage of {first.target} ({first.builder}): "
+          f"{'FAILED' if failures else 'passed'}", flush=True)
+    for line in failures:
+        print(line, flush=True)
 
 
 def _background_images(target: Target, steps: console.StepLog) -> None:

@@ -18,11 +18,22 @@ from pathlib import Path
 
 from harness import console, containers
 from harness.targets import Target
+from harness.wheels import requirement_lines
 
 DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
 # Under QEMU an import of torch takes about 9 s and the suite minutes; a hung
 # run must not hold CI until its own limit.
 RUN_TIMEOUT_SECONDS = 40 * 60
+# pytest arguments of each stage: the canary selection first on every run, then the full suite.
+STAGES = {"canary": ["-m", "canary"], "full": []}
+CANARY_TIMEOUT_SECONDS = 10 * 60
+
+
+def host_test_requirements(docker_dir: Path = DOCKER_DIR) -> list[str]:
+    """pytest and pytest-xdist pinned as in the test image: tests/harness runs the
+    suite's script on scratch projects, whose crashes must behave as in the containers."""
+    pinned = requirement_lines(docker_dir / "requirements-test.txt")
+    return [line for line in pinned if line.split("==")[0] in ("pytest", "pytest-xdist")]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,10 +131,11 @@ class RunRecord:
     report_dir: str
     failure: str = ""  # set when the run could not start (no image, no wheel)
     builder: str = ""  # what made the wheel under test (cross, cibuildwheel)
+    stage: str = "full"  # a key of STAGES
 
     @classmethod
-    def could_not_run(cls, target: Target, builder: str, why: str) -> RunRecord:
-        return cls(target.arch, target.runner, "-", "-", "", 1, 0.0, "", why, builder)
+    def could_not_run(cls, target: Target, builder: str, why: str, stage: str = "full") -> RunRecord:
+        return cls(target.arch, target.runner, "-", "-", "", 1, 0.0, "", why, builder, stage)
 
 
 def run_suite(
@@ -136,9 +148,11 @@ def run_suite(
     reports: Path,
     steps: console.StepLog,
     pytest_args: list[str],
+    stage: str = "full",
 ) -> list[RunRecord]:
-    """Every planned run of the target; records land in reports/<target>/<builder>/<run>/."""
-    target_reports = reports / target.arch / builder
+    """Every planned run of the target; records land in reports/<target>/<builder>/<run>/
+    (the canary stage's in reports/canary/<target>/<builder>/<run>/)."""
+    target_reports = (reports if stage == "full" else reports / stage) / target.arch / builder
     shutil.rmtree(target_reports, ignore_errors=True)
     records = []
     if target.runner == "native":
@@ -147,25 +161,27 @@ def run_suite(
         for level in target.isa_levels:
             if level not in supported:
                 records.append(RunRecord(target.arch, target.runner, "host", level, "", None, 0.0, "",
-                                         builder=builder))
+                                         builder=builder, stage=stage))
         unlisted = [level for level in supported if level not in target.isa_levels]
         if unlisted:
             console.note(f"{target.arch}: the library supports {unlisted}, not in the table's isa-levels")
     else:
         supported = None
+    verb = "test" if stage == "full" else stage
     for run in planned_runs(target, supported):
         report_dir = target_reports / run.name
         report_dir.mkdir(parents=True)
         name = containers.container_name("test", run.name)
         command = docker_run_command(
             run, image=test_image, wheel=wheel, repo=repo, report_dir=report_dir, name=name,
-            pytest_args=["-n", str(os.cpu_count() or 1), *pytest_args],
+            pytest_args=["-n", str(os.cpu_count() or 1), *STAGES[stage], *pytest_args],
         )
-        with steps.step(f"test {run.target.arch} ({builder}) {run.cpu} {run.isa}"):
+        with steps.step(f"{verb} {run.target.arch} ({builder}) {run.cpu} {run.isa}"):
             start = time.monotonic()
             try:
                 exit_code = console.run_streamed(
-                    command, f"test {run.name}", check=False, timeout=RUN_TIMEOUT_SECONDS
+                    command, f"{verb} {run.name}", check=False,
+                    timeout=RUN_TIMEOUT_SECONDS if stage == "full" else CANARY_TIMEOUT_SECONDS,
                 )
             finally:
                 containers.remove(name)
@@ -174,7 +190,7 @@ def run_suite(
         record = RunRecord(
             target.arch, target.runner, run.cpu, run.isa,
             isa_file.read_text().strip() if isa_file.exists() else "",
-            exit_code, wall, str(report_dir), builder=builder,
+            exit_code, wall, str(report_dir), builder=builder, stage=stage,
         )
         (report_dir / "run.json").write_text(json.dumps(dataclasses.asdict(record), indent=2) + "\n")
         records.append(record)

@@ -48,6 +48,8 @@ RUNNERS = ("native", "qemu")
 # cibuildwheel: in the target's build image (emulated on a foreign host);
 # cross: the host's cross compiler against the target's torch (harness/cross.py).
 BUILDERS = ("cibuildwheel", "cross")
+# The parts of [tool.moe-kernels]; allowed-differences is read by harness/verdict.py.
+SECTIONS = ("targets", "allowed-differences")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,22 +119,28 @@ def _one_of(where: str, what: str, value: str, choices: Any) -> None:
         )
 
 
-def _parse_target(arch: str, row: Mapping[str, Any]) -> Target:
-    where = f"[tool.moe-kernels.targets.{arch}]"
-    _one_of("[tool.moe-kernels.targets]", "architecture", arch, ARCHES)
-    fields: dict[str, Any] = {"arch": arch}
+def typed_fields(where: str, row: Mapping[str, Any], keys: Mapping[str, tuple[str, type, bool]]) -> dict[str, Any]:
+    """A table's keys checked against keys (key -> (field, type, required)), as {field: value}."""
+    fields = {}
     for key, value in row.items():
-        if key not in _KEYS:
-            raise TableError(f"{where}: unknown key {key!r}{_did_you_mean(key, _KEYS)}")
-        field, expected_type, _ = _KEYS[key]
+        if key not in keys:
+            raise TableError(f"{where}: unknown key {key!r}{_did_you_mean(key, keys)}")
+        field, expected_type, _ = keys[key]
         if not isinstance(value, expected_type):
             raise TableError(
                 f"{where}: {key} must be a {expected_type.__name__}, not {type(value).__name__}"
             )
         fields[field] = value
-    missing = [key for key, (_, _, required) in _KEYS.items() if required and key not in row]
+    missing = [key for key, (_, _, required) in keys.items() if required and key not in row]
     if missing:
         raise TableError(f"{where}: missing {', '.join(missing)}")
+    return fields
+
+
+def _parse_target(arch: str, row: Mapping[str, Any]) -> Target:
+    where = f"[tool.moe-kernels.targets.{arch}]"
+    _one_of("[tool.moe-kernels.targets]", "architecture", arch, ARCHES)
+    fields: dict[str, Any] = {"arch": arch, **typed_fields(where, row, _KEYS)}
 
     expected_platform = ARCHES[arch].platform
     if fields["platform"] != expected_platform:
@@ -185,10 +193,10 @@ def parse_targets(pyproject: Mapping[str, Any]) -> dict[str, Target]:
     table = pyproject.get("tool", {}).get("moe-kernels")
     if table is None:
         raise TableError("pyproject.toml has no [tool.moe-kernels] table")
-    unknown = set(table) - {"targets"}
+    unknown = set(table) - set(SECTIONS)
     if unknown:
         key = sorted(unknown)[0]
-        raise TableError(f"[tool.moe-kernels]: unknown key {key!r}{_did_you_mean(key, ['targets'])}")
+        raise TableError(f"[tool.moe-kernels]: unknown key {key!r}{_did_you_mean(key, SECTIONS)}")
     rows = table.get("targets") or {}
     if not rows:
         raise TableError("[tool.moe-kernels.targets] lists no target")

@@ -127,3 +127,69 @@ def test_exclusive_keeps_a_second_process_out(tmp_path):
     with console.exclusive(lock):
         assert subprocess.run([sys.executable, "-c", probe]).returncode == 1
     assert subprocess.run([sys.executable, "-c", probe]).returncode == 0
+
+
+def test_matrix_builds_every_wheel_then_runs_the_canary_everywhere_then_the_full_suites(
+        targets, monkeypatch, tmp_path, capsys):
+    calls, summarized = [], []
+    x86, arm = targets["x86_64"], dataclasses.replace(targets["aarch64"], builders=("cross", "cibuildwheel"))
+
+    def build(target, builder, tools, force, steps):
+        calls.append(("build", target.arch))
+        if builder == "cibuildwheel" and target.arch == "aarch64":
+            raise console.CommandFailed("build aarch64", ["cibuildwheel"], 1, "csrc/x.cpp:3:1: error: boom")
+        return tmp_path / f"{target.arch}-{builder}.whl"
+
+    def test(target, builder, wheel, pytest_args, steps, stage="full"):
+        calls.append((stage, target.arch))
+        directory = tmp_path / stage / target.arch
+        directory.mkdir(parents=True)
+        (directory / "junit.xml").write_text(
+            '<testsuite tests="1" failures="1" errors="0" skipped="0"><testcase classname="tests.t" name="test_a"'
+            ' file="tests/t.py"><failure message="AssertionError: wrong number">x</failure></testcase></testsuite>')
+        return [flows.suite.RunRecord(target.arch, target.runner, "max", "i8mm", "i8mm", 1, 1.0, str(directory),
+                                      builder=builder, stage=stage)]
+
+    monkeypatch.setattr(flows, "_targets", lambda arches: [x86, arm])
+    monkeypatch.setattr(flows, "_allowed", lambda: ())
+    monkeypatch.setattr(flows.builds, "host_arch", lambda: "x86_64")
+    monkeypatch.setattr(flows, "_prepare", lambda targets, steps: None)
+    monkeypatch.setattr(flows, "_background_images", lambda target, steps: None)
+    monkeypatch.setattr(flows, "_images_made", lambda target: True)
+    monkeypatch.setattr(flows, "_build", build)
+    monkeypatch.setattr(flows, "_test", test)
+    monkeypatch.setattr(flows, "write_summary", lambda records, steps, reports, allowed: summarized.extend(records))
+    flows.matrix(["--builder", "cross", "--builder", "cibuildwheel"], tools=None)
+    assert calls == [("build", "x86_64"), ("build", "aarch64"), ("build", "aarch64"),
+                     ("canary", "aarch64"), ("canary", "x86_64"), ("full", "x86_64"), ("full", "aarch64")]
+    assert [(r.target, r.builder, r.stage) for r in summarized] == [
+        ("aarch64", "cibuildwheel", "full"), ("aarch64", "cross", "canary"), ("x86_64", "cibuildwheel", "canary"),
+        ("x86_64", "cibuildwheel", "full"), ("aarch64", "cross", "full")]
+    assert summarized[0].failure == ("CommandFailed: build aarch64: cibuildwheel exited with 1; "
+                                     "first error: csrc/x.cpp:3:1: error: boom")
+    out = capsys.readouterr().out
+    # the canary's failure is printed before the full suites start
+    assert ("==> canary stage of aarch64 (cross): FAILED\n"
+            "- canary aarch64 (cross) CPU max, ISA i8mm: FAILED: 1 failed\n"
+            "  - `tests/t.py::test_a` (failed): AssertionError: wrong number\n") in out
+
+
+def test_an_emulated_target_whose_images_are_being_made_comes_in_a_later_batch(targets):
+    x86, arm = targets["x86_64"], targets["aarch64"]
+    planned = [(x86, "cibuildwheel"), (arm, "cross"), (arm, "cibuildwheel")]
+    assert flows.batches(planned, lambda target: True) == [planned]
+    assert flows.batches(planned, lambda target: False) == [planned[:1], planned[1:]]
+    assert flows.batches(planned[1:], lambda target: False) == [planned[1:]]
+
+
+def test_a_failed_command_names_its_first_compiler_error(tmp_path):
+    script = ("echo 'building'; echo '/tmp/stage-x/csrc/arch/arm/gemm_neon.cpp:12:5: error: use of undeclared x';"
+              " echo 'gemm_neon.cpp:20:1: error: second'; echo 'error: subprocess-exited-with-error'; exit 2")
+    with pytest.raises(console.CommandFailed) as failed:
+        console.run_streamed(["bash", "-c", script], "build aarch64 (cross)")
+    assert failed.value.first_error == "csrc/arch/arm/gemm_neon.cpp:12:5: error: use of undeclared x"
+    assert str(failed.value) == ("build aarch64 (cross): bash exited with 2; "
+                                 "first error: csrc/arch/arm/gemm_neon.cpp:12:5: error: use of undeclared x")
+    assert console.first_error_line("CMake Error at CMakeLists.txt:3 (project):") == (
+        "CMake Error at CMakeLists.txt:3 (project):")
+    assert console.first_error_line("-- Performing Test HAVE_ERROR_H - Success") == ""

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness import suite
+from harness import console, suite
 
 
 def test_an_emulated_target_runs_once_per_cpu_model(arm):
@@ -35,3 +35,25 @@ def test_docker_run_mounts_read_only_and_has_no_network(arm):
     assert command[image_at + 1:] == [
         "bash", "/harness/run-kernel-suite.sh", "/wheelhouse/w.whl", "/report", "-n", "2"
     ]
+
+
+def test_the_canary_stage_runs_its_selection_into_reports_of_its_own(arm, tmp_path, monkeypatch):
+    commands = []
+    monkeypatch.setattr(suite.console, "run_streamed", lambda command, label, **kwargs: commands.append(command) or 0)
+    monkeypatch.setattr(suite.containers, "remove", lambda name: None)
+    kwargs = {"test_image": "i", "wheel": Path("/w.whl"), "repo": Path("/repo"), "reports": tmp_path,
+              "steps": console.StepLog(), "pytest_args": ["-k", "int8"]}
+    canary = suite.run_suite(arm, "cross", **kwargs, stage="canary")
+    full = suite.run_suite(arm, "cross", **kwargs)
+    assert all(command[-4:] == ["-m", "canary", "-k", "int8"] for command in commands[:3])
+    assert all("canary" not in command for command in commands[3:])
+    assert [r.stage for r in canary] == ["canary"] * 3 and [r.stage for r in full] == ["full"] * 3
+    assert canary[0].report_dir == str(tmp_path / "canary" / "aarch64" / "cross" / "aarch64-cortex-a72-neon")
+    assert full[0].report_dir == str(tmp_path / "aarch64" / "cross" / "aarch64-cortex-a72-neon")
+    assert all(Path(r.report_dir, "run.json").exists() for r in canary + full)  # the full stage kept the canary's
+
+
+def test_the_host_tests_use_the_test_images_pytest_and_xdist(repo_root):
+    requirements = suite.host_test_requirements()
+    assert [line.split("==")[0] for line in requirements] == ["pytest", "pytest-xdist"]
+    assert all(line in (repo_root / "docker" / "requirements-test.txt").read_text() for line in requirements)
