@@ -121,3 +121,10 @@ def test_each_run_reads_the_builds_notes_with_the_arch_gcov(tmp_path):
     argv = coverage.gcovr_command("gcovr", "aarch64-linux-gnu-gcov", gcda, tmp_path / "o.json", root=tmp_path)
     assert argv[argv.index("--gcov-executable") + 1] == "aarch64-linux-gnu-gcov"
     assert argv[-1] == str(gcda) and argv[argv.index("--json") + 1] == str(tmp_path / "o.json")
+
+
+def test_a_reason_holds_only_on_the_arch_it_names():
+    line = "if (level.supported) best = &level;"
+    assert "MOE_KERNELS_ISA" in coverage.reason_for("x86_64", "csrc/core/dispatch.cpp", line)
+    assert coverage.reason_for("aarch64", "csrc/core/dispatch.cpp", line) == ""
+    assert coverage.reason_for("x86_64", "csrc/core/packing.cpp", line) == ""
