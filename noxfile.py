@@ -63,6 +63,18 @@ def kernels(session: nox.Session) -> None:
     native.run_kernel_suite(session, ["-n", "2", *session.posargs])
 
 
+@nox.session(default=False)
+def coverage(session: nox.Session) -> None:
+    """gcov line and branch coverage per kernel file and ISA level (-- --arch A); reports/coverage/."""
+    from harness import coverage as cover
+    from harness import native
+
+    session.install(native.host_torch_requirement(), *builds.backend_requirements(),
+                    "numpy", "pytest", "pytest-xdist", cover.GCOVR)
+    options = flows.parse_posargs(session.posargs)
+    _run(session, cover.main, Path(session.bin), options.arches, options.pytest_args)
+
+
 @nox.session
 def build(session: nox.Session) -> None:
     """Build the wheels into wheelhouse/ (-- --arch A, --builder cross|cibuildwheel, --force)."""

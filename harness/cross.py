@@ -109,9 +109,10 @@ def cross_env(tree: Path, target: Target, torch: Path) -> dict[str, str]:
     }
 
 
-def pip_wheel_command(python: str, tree: Path, output: Path) -> list[str]:
+def pip_wheel_command(python: str, tree: Path, output: Path, settings: Sequence[str] = ()) -> list[str]:
+    """settings: pip's -C options for the build backend (the coverage build's)."""
     return [python, "-m", "pip", "wheel", "--verbose", "--no-build-isolation", "--no-deps",
-            "--wheel-dir", str(output), str(tree)]
+            *settings, "--wheel-dir", str(output), str(tree)]
 
 
 def repair_command(pyproject: Path, wheel: str, dest_dir: str) -> list[str]:

@@ -34,9 +34,9 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # (K, N, E, topk). FP8 uses [16, 32] blocks throughout.
 SHAPES = {
     "K64N32E4top2": (64, 32, 4, 2),  # whole vectors; FP8 blocks divide every dim
-    "K72N40E8top3": (72, 40, 8, 3),  # vector tails; partial FP8 blocks
-    "K16N24E2top2": (16, 24, 2, 2),  # less than one vector or block; topk == E
-    "K96N48E6top1": (96, 48, 6, 1),  # one expert per token
+    "K75N37E8top3": (75, 37, 8, 3),  # K and N odd: a tail at every vector width; partial FP8 blocks
+    "K12N3E2top2": (12, 3, 2, 2),  # less than one vector or block (N: of every width); topk == E
+    "K1160N47E6top1": (1160, 47, 6, 1),  # one expert per token; K longer than the x86 tiles' K blocks
 }
 FACTORS = {
     "method": list(METHODS),

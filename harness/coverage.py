@@ -1,0 +1,360 @@
+"""Line and branch coverage of the kernels, per kernel file and ISA level (`nox -s coverage`).
+
+The library is built with MOE_KERNELS_COVERAGE=ON (gcov, at the release
+optimization level): natively for x86_64, with the cross compiler for aarch64.
+The kernel suite then runs once per x86 level this CPU has and once per QEMU
+CPU model (in the aarch64 test image), each run writing its own .gcda set
+under reports/coverage/<arch>/<level>/ through GCOV_PREFIX (inside the
+container, into the mounted report dir). gcovr reads each set with the arch's
+gcov; the table, coverage.json and coverage.md go to reports/coverage/.
+
+The verdict: under each level, the level's own kernel file (gemm_<level>.cpp),
+and over all of an arch's runs together, the files they share (kernels_<arch>.h,
+csrc/core/), have no line left unexecuted that UNREACHABLE does not explain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from harness import console, containers, cross, images, suite
+from harness.flows import WORK
+from harness.targets import Target, load_targets, select
+
+REPO = Path(__file__).resolve().parent.parent
+REPORTS = REPO / "reports" / "coverage"
+BUILD = REPO / "build" / "coverage"
+GCOVR = "gcovr==8.8"
+ARCH_DIRS = {"x86_64": "x86", "aarch64": "arm"}
+KERNEL_FILES = ("csrc/arch/*/gemm_*.cpp", "csrc/arch/*/kernels_*.h", "csrc/core/*.cpp", "csrc/core/*.h")
+CMAKE_SETTING = "cmake.define.MOE_KERNELS_COVERAGE=ON"
+
+
+@dataclasses.dataclass(frozen=True)
+class Unreachable:
+    """Uncovered lines of `files` (a glob) whose text matches `text` (a regex), on `arch`, and why."""
+
+    files: str
+    text: str
+    reason: str
+    arch: str = "*"
+
+
+# Lines no run on these machines can execute. Matched by their text, not their
+# number, so that edits elsewhere in a file keep them in place.
+UNREACHABLE = (
+    Unreachable("csrc/core/*", r"TORCH_INTERNAL_ASSERT",
+                "defensive invariant: the driver's own checks rule it out"),
+    Unreachable("*", r"^\}$",
+                "the exception cleanup of the scope's locals, which gcov puts on its closing brace: "
+                "runs only when an allocation in the scope throws"),
+    Unreachable("csrc/core/dispatch.cpp", r"level\.supported\) best = &level|best->name, &best->kernels|"
+                r"^for \(const IsaLevel& level : ladder\) \{$",
+                "the default (best) level: every x86 run forces its level with MOE_KERNELS_ISA", arch="x86_64"),
+    Unreachable("csrc/core/fused_experts.cpp", r"^uint16_t to_bf16_bits\(float value\)",
+                "inlined at every use: gcov counts the out-of-line copy, which nothing calls"),
+    Unreachable("csrc/arch/generic/gemm_generic.cpp", r"std::free\(p\)",
+                "frees a thread's scratch when the thread ends, at the end of the process, after gcov's counts"),
+    Unreachable("csrc/arch/x86/kernels_x86.h", r"return reinterpret_cast<__m512i>\(half\); \}\);",
+                "the exact fp8 widening of AMX tiles: this CPU has no AMX", arch="x86_64"),
+    Unreachable("csrc/core/methods.cpp", r'^default: return "unknown";',
+                "method_name is asked only of a method check_method accepted (0 to 4)"),
+    Unreachable("csrc/arch/x86/gemm_avx2.cpp", r"if \(add\) v = _mm256_add_ps\(v, _mm256_load_ps\(Padded",
+                "8-column tiles are the m = 1 stream's, which never cuts K into blocks (nothing to add to)"),
+)
+
+
+def config_settings(build_dir: Path) -> list[str]:
+    """pip's -C settings for an instrumented build in build_dir (whose .gcno files stay there)."""
+    return ["-C", CMAKE_SETTING, "-C", f"build-dir={build_dir}"]
+
+
+def gcov_env(prefix: str, build_dir: Path) -> dict[str, str]:
+    """Counts go to prefix/<path of the object inside build_dir>.gcda, one set per run."""
+    return {"GCOV_PREFIX": prefix, "GCOV_PREFIX_STRIP": str(len(build_dir.resolve().parts) - 1)}
+
+
+def own_file(arch: str, level: str) -> str:
+    """The kernel file a level brings: its GEMMs, which no other level runs."""
+    folder = "generic" if level == "generic" else ARCH_DIRS[arch]
+    return f"csrc/arch/{folder}/gemm_{level}.cpp"
+
+
+def shared_files(arch: str, files: Iterable[str]) -> list[str]:
+    """Files every level of arch compiles or calls: the arch's header and the driver."""
+    return [f for f in files
+            if f.startswith("csrc/core/") or f == f"csrc/arch/{ARCH_DIRS[arch]}/kernels_{ARCH_DIRS[arch]}.h"]
+
+
+def is_kernel_file(path: str) -> bool:
+    return any(fnmatch.fnmatch(path, pattern) for pattern in KERNEL_FILES)
+
+
+def copy_notes(build_dir: Path, gcda_dir: Path) -> None:
+    """gcov reads the build's .gcno next to each run's .gcda."""
+    for note in build_dir.rglob("*.gcno"):
+        dest = gcda_dir / note.relative_to(build_dir)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(note, dest)
+
+
+def gcovr_command(gcovr: str, gcov: str, gcda_dir: Path, output: Path, root: Path = REPO) -> list[str]:
+    return [gcovr, "--root", str(root), "--gcov-executable", gcov,
+            "--filter", str(root / "csrc/"), "--exclude-throw-branches",
+            "--exclude-unreachable-branches", "--json", str(output), str(gcda_dir)]
+
+
+# --- what a run's gcovr JSON says ------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class FileCoverage:
+    """Times each line ran; times each branch was taken, by (line, function, branch number):
+    a template's instantiations are functions of their own."""
+
+    lines: dict[int, int] = dataclasses.field(default_factory=dict)
+    branches: dict[tuple[int, str, int], int] = dataclasses.field(default_factory=dict)
+
+    def merge(self, other: FileCoverage) -> FileCoverage:
+        lines, branches = dict(self.lines), dict(self.branches)
+        for number, count in other.lines.items():
+            lines[number] = lines.get(number, 0) + count
+        for key, count in other.branches.items():
+            branches[key] = branches.get(key, 0) + count
+        return FileCoverage(lines, branches)
+
+    def uncovered(self) -> list[int]:
+        return sorted(n for n, count in self.lines.items() if count == 0)
+
+    def summary(self) -> dict[str, int]:
+        return {"lines": len(self.lines), "lines_hit": sum(c > 0 for c in self.lines.values()),
+                "branches": len(self.branches), "branches_hit": sum(c > 0 for c in self.branches.values())}
+
+
+def parse_gcovr(data: Mapping) -> dict[str, FileCoverage]:
+    """gcovr's JSON (an entry per line and function) by kernel file."""
+    files: dict[str, FileCoverage] = {}
+    for entry in data["files"]:
+        if not is_kernel_file(entry["file"]):
+            continue
+        coverage = files.setdefault(entry["file"], FileCoverage())
+        for line in entry["lines"]:
+            number = line["line_number"]
+            coverage.lines[number] = coverage.lines.get(number, 0) + line["count"]
+            for branch in line["branches"]:
+                key = (number, line.get("function_name", ""), branch["branchno"])
+                coverage.branches[key] = coverage.branches.get(key, 0) + branch["count"]
+    return files
+
+
+def reason_for(arch: str, path: str, text: str, unreachable: Sequence[Unreachable] = UNREACHABLE) -> str:
+    for rule in unreachable:
+        if fnmatch.fnmatch(arch, rule.arch) and fnmatch.fnmatch(path, rule.files) and re.search(rule.text, text):
+            return rule.reason
+    return ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Gap:
+    """An uncovered line where the verdict wants coverage."""
+
+    arch: str
+    level: str  # the level whose run missed it, or "all" for the arch's runs together
+    file: str
+    line: int
+    text: str
+    reason: str  # empty: nothing explains it
+
+
+def gaps(arch: str, runs: Mapping[str, dict[str, FileCoverage]], sources: Path = REPO) -> list[Gap]:
+    """Uncovered lines of each level's own file under it, and of the shared files over all runs."""
+    checked: list[tuple[str, str, FileCoverage]] = []
+    for level, files in runs.items():
+        if own_file(arch, level) in files:
+            checked.append((level, own_file(arch, level), files[own_file(arch, level)]))
+    union: dict[str, FileCoverage] = {}
+    for files in runs.values():
+        for path, coverage in files.items():
+            union[path] = union[path].merge(coverage) if path in union else coverage
+    checked += [("all", path, union[path]) for path in shared_files(arch, sorted(union))]
+    found = []
+    for level, path, coverage in checked:
+        text = (sources / path).read_text().splitlines()
+        for number in coverage.uncovered():
+            line = text[number - 1].strip()
+            found.append(Gap(arch, level, path, number, line, reason_for(arch, path, line)))
+    return found
+
+
+# --- the report -------------------------------------------------------------------------------
+
+
+def _percent(hit: int, total: int) -> str:
+    return "-" if total == 0 else f"{100 * hit / total:.0f}%"
+
+
+def table_rows(runs: Mapping[str, Mapping[str, dict[str, FileCoverage]]]) -> tuple[list[str], list[list[str]]]:
+    """One row per kernel file, one column per (arch, level): 'lines% / branches%'."""
+    columns = [(arch, level) for arch, levels in runs.items() for level in levels]
+    files = sorted({path for levels in runs.values() for files in levels.values() for path in files})
+    header = ["file", *(f"{arch} {level}" for arch, level in columns)]
+    rows = []
+    for path in files:
+        cells = []
+        for arch, level in columns:
+            coverage = runs[arch][level].get(path)
+            if coverage is None:
+                cells.append("")
+                continue
+            s = coverage.summary()
+            cells.append(f"{_percent(s['lines_hit'], s['lines'])} / {_percent(s['branches_hit'], s['branches'])}")
+        rows.append([path, *cells])
+    return header, rows
+
+
+def render(header: list[str], rows: list[list[str]], markdown: bool) -> str:
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip()
+                     for row in [header, *rows])
+
+
+def gap_lines(found: Sequence[Gap]) -> list[str]:
+    return [f"{g.arch} {g.level} {g.file}:{g.line}: {g.text}  -- "
+            f"{g.reason or 'NOT EXPLAINED: no test reaches it'}" for g in found]
+
+
+def write_report(runs: Mapping[str, Mapping[str, dict[str, FileCoverage]]], found: Sequence[Gap],
+                 not_run: Mapping[str, str], out: Path = REPORTS) -> str:
+    """Writes coverage.json and coverage.md into out; returns the text table and gap list."""
+    header, rows = table_rows(runs)
+    skipped = [f"{run}: not run ({why})" for run, why in not_run.items()]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "coverage.json").write_text(json.dumps({
+        "files": {arch: {level: {path: c.summary() for path, c in files.items()}
+                         for level, files in levels.items()} for arch, levels in runs.items()},
+        "gaps": [dataclasses.asdict(g) for g in found],
+        "not_run": dict(not_run),
+    }, indent=2) + "\n")
+    legend = "lines / branches executed, per kernel file and level"
+    listed = gap_lines(found) or ["none"]
+    (out / "coverage.md").write_text(
+        f"# Kernel coverage\n\n{legend}\n\n{render(header, rows, markdown=True)}\n\n"
+        + "".join(f"- {line}\n" for line in skipped)
+        + "\n## Uncovered lines the verdict checks\n\n" + "".join(f"- `{line}`\n" for line in listed))
+    return "\n".join([legend, render(header, rows, markdown=False), *skipped,
+                      "uncovered lines the verdict checks:", *listed])
+
+
+def unexplained(found: Sequence[Gap]) -> list[Gap]:
+    return [g for g in found if not g.reason]
+
+
+def read_run(gcovr: str, gcov: str, build_dir: Path, gcda_dir: Path) -> dict[str, FileCoverage]:
+    """The kernel files' coverage from one run's .gcda set."""
+    copy_notes(build_dir, gcda_dir)
+    output = gcda_dir / "gcovr.json"
+    subprocess.run(gcovr_command(gcovr, gcov, gcda_dir, output), check=True)
+    return parse_gcovr(json.loads(output.read_text()))
+
+
+# --- the runs ---------------------------------------------------------------------------------
+
+Runs = dict[str, dict[str, FileCoverage]]  # level -> kernel file -> coverage
+
+
+@dataclasses.dataclass
+class Outcome:
+    runs: dict[str, Runs] = dataclasses.field(default_factory=dict)  # arch -> level -> ...
+    not_run: dict[str, str] = dataclasses.field(default_factory=dict)  # "arch level" -> why
+    failed: list[str] = dataclasses.field(default_factory=list)  # runs whose suite failed
+
+
+def _workers(runner: str) -> list[str]:
+    """pytest-xdist kills a worker that takes over 10 s to exit, before gcov writes its counts:
+    under QEMU exits are that slow, so emulated runs keep the tests in pytest's own process."""
+    return ["-n", str(os.cpu_count() or 1) if runner == "native" else "0"]
+
+
+def _fresh(directory: Path) -> Path:
+    shutil.rmtree(directory, ignore_errors=True)  # counts of an older build would not match its notes
+    directory.mkdir(parents=True)
+    return directory
+
+
+def native_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], outcome: Outcome) -> None:
+    """Instrumented build into bin_dir's venv, then the suite once per level this CPU has."""
+    build_dir = BUILD / target.arch
+    python = str(bin_dir / "python")
+    console.run_streamed([python, "-m", "pip", "install", "--no-build-isolation", "--no-deps",
+                          *config_settings(build_dir), str(REPO)], f"build {target.arch} coverage")
+    supported = subprocess.run([python, "-c", "import moe_kernels; print(*moe_kernels.supported_isas())"],
+                               check=True, capture_output=True, text=True).stdout.split()
+    runs = outcome.runs.setdefault(target.arch, {})
+    for level in target.isa_levels:
+        if level not in supported:
+            outcome.not_run[f"{target.arch} {level}"] = "this CPU lacks it"
+            continue
+        gcda = _fresh(REPORTS / target.arch / level)
+        env = {"MOE_KERNELS_ISA": level, "MOE_KERNELS_EXPECT_ISA": level, **gcov_env(str(gcda), build_dir)}
+        command = [python, "-m", "pytest", "tests/kernels", "-p", "no:cacheprovider", *_workers(target.runner),
+                   *pytest_args]
+        code = console.run_streamed(command, f"coverage {target.arch} {level}", env=env, cwd=REPO, check=False)
+        if code != 0:
+            outcome.failed.append(f"{target.arch} {level}")
+        runs[level] = read_run(str(bin_dir / "gcovr"), "gcov", build_dir, gcda)
+
+
+def emulated_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], outcome: Outcome) -> None:
+    """Cross-built instrumented wheel, then the suite under each CPU model in the test image."""
+    build_dir = BUILD / target.arch
+    wheels = _fresh(BUILD / f"{target.arch}-wheel")
+    cross.ensure_compiler(target)
+    console.run_streamed(
+        cross.pip_wheel_command(str(bin_dir / "python"), REPO, wheels, config_settings(build_dir)),
+        f"build {target.arch} coverage", env=cross.cross_env(REPO, target, cross.torch_dir(target)))
+    (wheel,) = wheels.glob("*.whl")
+    image = images.ensure_images(target, WORK / "images", console.StepLog(), upto="test")["test"].tag
+    runs = outcome.runs.setdefault(target.arch, {})
+    for run in suite.planned_runs(target):
+        report_dir = _fresh(REPORTS / target.arch / run.isa)
+        counted = dataclasses.replace(run, env=(*run.env, *gcov_env("/report/gcda", build_dir).items()))
+        name = containers.container_name("coverage", run.name)
+        command = suite.docker_run_command(
+            counted, image=image, wheel=wheel, repo=REPO, report_dir=report_dir, name=name,
+            pytest_args=[*_workers(target.runner), *pytest_args])
+        try:
+            code = console.run_streamed(command, f"coverage {run.name}", check=False,
+                                        timeout=suite.RUN_TIMEOUT_SECONDS)
+        finally:
+            containers.remove(name)
+        if code != 0:
+            outcome.failed.append(f"{target.arch} {run.cpu} {run.isa}")
+        runs[run.isa] = read_run(str(bin_dir / "gcovr"), f"{target.cross_triplet}-gcov", build_dir,
+                                 report_dir / "gcda")
+
+
+def main(bin_dir: Path, arches: Sequence[str], pytest_args: Sequence[str]) -> bool:
+    """Every selected target's runs, then the report; True when every gap is explained."""
+    outcome = Outcome()
+    for target in select(load_targets(REPO / "pyproject.toml"), list(arches)):
+        runner = native_runs if target.runner == "native" else emulated_runs
+        runner(target, bin_dir, pytest_args, outcome)
+    found = [gap for arch, runs in outcome.runs.items() for gap in gaps(arch, runs)]
+    print(write_report(outcome.runs, found, outcome.not_run), flush=True)
+    for run in outcome.failed:
+        print(f"the suite failed under {run}", flush=True)
+    missing = unexplained(found)
+    if missing:
+        print(f"{len(missing)} uncovered lines no test reaches and UNREACHABLE does not explain", flush=True)
+    return not missing and not outcome.failed

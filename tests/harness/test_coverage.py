@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness import coverage, cross
+from harness.targets import load_targets
+
+
+def test_counts_land_under_the_prefix_at_the_objects_path_inside_the_build_dir(tmp_path):
+    build_dir = tmp_path / "build" / "coverage" / "x86_64"
+    env = coverage.gcov_env("/report/gcda", build_dir)
+    gcda = build_dir / "CMakeFiles" / "_ops.dir" / "csrc" / "core" / "packing.cpp.gcda"
+    # GCOV_PREFIX_STRIP drops that many leading directories of the absolute path
+    kept = Path(*gcda.parts[1 + int(env["GCOV_PREFIX_STRIP"]):])
+    assert Path(env["GCOV_PREFIX"]) / kept == Path("/report/gcda/CMakeFiles/_ops.dir/csrc/core/packing.cpp.gcda")
+
+
+def test_the_build_setting_is_the_cmake_option_that_adds_coverage(repo_root, tmp_path):
+    settings = coverage.config_settings(tmp_path)
+    assert settings == ["-C", "cmake.define.MOE_KERNELS_COVERAGE=ON", "-C", f"build-dir={tmp_path}"]
+    cmake = (repo_root / "CMakeLists.txt").read_text()
+    assert "option(MOE_KERNELS_COVERAGE" in cmake
+    assert "target_compile_options(_ops PRIVATE --coverage)" in cmake
+    assert "target_link_options(_ops PRIVATE --coverage)" in cmake
+
+
+def test_the_cross_build_passes_the_settings_to_the_backend(tmp_path):
+    argv = cross.pip_wheel_command("py", tmp_path / "tree", tmp_path / "out", ["-C", "x=1"])
+    assert argv[argv.index("-C") + 1] == "x=1" and argv[-1] == str(tmp_path / "tree")
+
+
+def test_every_level_of_the_table_has_its_own_kernel_file(repo_root):
+    targets = load_targets(repo_root / "pyproject.toml")
+    levels = [("x86_64", level) for level in targets["x86_64"].isa_levels]
+    levels += [("aarch64", model.isa) for model in targets["aarch64"].cpu_models]
+    for arch, level in levels:
+        assert (repo_root / coverage.own_file(arch, level)).is_file(), (arch, level)
+        assert coverage.is_kernel_file(coverage.own_file(arch, level))
+
+
+def test_shared_files_are_the_arch_header_and_the_driver():
+    files = ["csrc/arch/x86/kernels_x86.h", "csrc/arch/arm/kernels_arm.h", "csrc/core/packing.cpp",
+             "csrc/arch/x86/gemm_avx2.cpp"]
+    assert coverage.shared_files("aarch64", files) == ["csrc/arch/arm/kernels_arm.h", "csrc/core/packing.cpp"]
+    assert not coverage.is_kernel_file("csrc/register.cpp")
+
+
+def gcovr_json(*files: tuple[str, list[tuple[int, str, int, list[int]]]]) -> dict:
+    """(file, [(line, function, count, branch counts)]) as gcovr writes them."""
+    return {"files": [
+        {"file": name, "lines": [
+            {"line_number": n, "function_name": f, "count": c,
+             "branches": [{"branchno": i, "count": b} for i, b in enumerate(branches)]}
+            for n, f, c, branches in lines]}
+        for name, lines in files]}
+
+
+def test_instantiations_of_a_line_are_merged_and_their_branches_kept_apart():
+    data = gcovr_json(
+        ("csrc/arch/x86/kernels_x86.h", [(10, "f<1>", 0, [0, 0]), (10, "f<2>", 3, [3, 0]), (11, "f<1>", 0, [])]),
+        ("csrc/register.cpp", [(1, "g", 0, [])]),
+    )
+    files = coverage.parse_gcovr(data)
+    assert list(files) == ["csrc/arch/x86/kernels_x86.h"]
+    header = files["csrc/arch/x86/kernels_x86.h"]
+    assert header.uncovered() == [11]
+    assert header.summary() == {"lines": 2, "lines_hit": 1, "branches": 4, "branches_hit": 1}
+
+
+def write_sources(root: Path) -> None:
+    for path, text in {
+        "csrc/arch/arm/gemm_i8mm.cpp": "a\nk tail\n",
+        "csrc/arch/arm/gemm_neon.cpp": "a\nb\n",
+        "csrc/core/checks.cpp": "TORCH_INTERNAL_ASSERT(x);\nok\nnever\n",
+    }.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+
+
+def test_gaps_are_own_files_per_level_and_shared_files_over_every_run(tmp_path):
+    write_sources(tmp_path)
+    fc = coverage.FileCoverage
+    runs = {
+        # neon's own file fully run; i8mm's run misses line 2 of its own file
+        "neon": {"csrc/arch/arm/gemm_neon.cpp": fc({1: 1, 2: 1}), "csrc/arch/arm/gemm_i8mm.cpp": fc({1: 0, 2: 0}),
+                 "csrc/core/checks.cpp": fc({1: 0, 2: 1, 3: 0})},
+        "i8mm": {"csrc/arch/arm/gemm_i8mm.cpp": fc({1: 4, 2: 0}), "csrc/core/checks.cpp": fc({1: 0, 2: 0, 3: 0})},
+    }
+    found = coverage.gaps("aarch64", runs, sources=tmp_path)
+    assert [(g.level, g.file, g.line, g.text) for g in found] == [
+        ("i8mm", "csrc/arch/arm/gemm_i8mm.cpp", 2, "k tail"),
+        ("all", "csrc/core/checks.cpp", 1, "TORCH_INTERNAL_ASSERT(x);"),
+        ("all", "csrc/core/checks.cpp", 3, "never"),
+    ]
+    assert [g.line for g in coverage.unexplained(found)] == [2, 3]
+    assert "defensive" in found[1].reason
+
+
+def test_the_report_has_a_cell_per_file_and_level_and_lists_the_gaps(tmp_path):
+    write_sources(tmp_path)
+    fc = coverage.FileCoverage
+    runs = {"aarch64": {"i8mm": {"csrc/arch/arm/gemm_i8mm.cpp": fc({1: 4, 2: 0}, {(1, "f", 0): 1, (1, "f", 1): 0})}}}
+    found = coverage.gaps("aarch64", runs["aarch64"], sources=tmp_path)
+    text = coverage.write_report(runs, found, {"x86_64 amx": "this CPU lacks it"}, out=tmp_path / "out")
+    assert "csrc/arch/arm/gemm_i8mm.cpp  50% / 50%" in text
+    assert "x86_64 amx: not run (this CPU lacks it)" in text
+    assert "aarch64 i8mm csrc/arch/arm/gemm_i8mm.cpp:2: k tail  -- NOT EXPLAINED" in text
+    saved = json.loads((tmp_path / "out" / "coverage.json").read_text())
+    assert saved["files"]["aarch64"]["i8mm"]["csrc/arch/arm/gemm_i8mm.cpp"]["lines_hit"] == 1
+    assert saved["gaps"][0]["line"] == 2
+    assert "| csrc/arch/arm/gemm_i8mm.cpp | 50% / 50% |" in (tmp_path / "out" / "coverage.md").read_text()
+
+
+def test_each_run_reads_the_builds_notes_with_the_arch_gcov(tmp_path):
+    build_dir, gcda = tmp_path / "build", tmp_path / "run"
+    (build_dir / "CMakeFiles" / "o").mkdir(parents=True)
+    (build_dir / "CMakeFiles" / "o" / "x.cpp.gcno").write_text("notes")
+    coverage.copy_notes(build_dir, gcda)
+    assert (gcda / "CMakeFiles" / "o" / "x.cpp.gcno").read_text() == "notes"
+    argv = coverage.gcovr_command("gcovr", "aarch64-linux-gnu-gcov", gcda, tmp_path / "o.json", root=tmp_path)
+    assert argv[argv.index("--gcov-executable") + 1] == "aarch64-linux-gnu-gcov"
+    assert argv[-1] == str(gcda) and argv[argv.index("--json") + 1] == str(tmp_path / "o.json")
+
+
+def test_a_reason_holds_only_on_the_arch_it_names():
+    line = "if (level.supported) best = &level;"
+    assert "MOE_KERNELS_ISA" in coverage.reason_for("x86_64", "csrc/core/dispatch.cpp", line)
+    assert coverage.reason_for("aarch64", "csrc/core/dispatch.cpp", line) == ""
+    assert coverage.reason_for("x86_64", "csrc/core/packing.cpp", line) == ""
