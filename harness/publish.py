@@ -43,6 +43,7 @@ from harness.errors import HarnessError, writing
 from harness.gha import TEST_SESSIONS
 from harness.suite import RunRecord
 from harness.targets import Target, load_targets
+from harness.verdict import Allowed, Outcome, RunId, compare, load_allowed, read_junit
 from harness.wheels import read_wheel
 
 REPO = Path(__file__).resolve().parent.parent
@@ -112,10 +113,14 @@ def record_tested(target: Target, wheel: Path, records: Sequence[RunRecord], rep
     runs = []
     for record in records:
         row = judge(record)
+        junit = Path(record.report_dir) / "junit.xml" if record.report_dir else None
+        tests = read_junit(junit) if junit and junit.is_file() else {}
         runs.append(
             {"cpu": record.cpu, "isa": record.isa, "isa_reported": record.isa_reported,
              "passed": row.counts.passed, "failed": row.counts.failures,
-             "skipped": row.counts.skipped, "result": row.result}
+             "skipped": row.counts.skipped, "result": row.result,
+             # what publish compares across the architectures (same_tests_problems)
+             "tests": {test: outcome.outcome for test, outcome in tests.items()}}
         )
     path = reports / f"manifest-{target.arch}.json"
     manifest = json.loads(path.read_text()) if path.exists() else {"wheels": {}}
@@ -142,6 +147,24 @@ def test_problems(target: Target, entry: Mapping[str, Any] | None) -> list[str]:
         problems += [f"ISA level {level} has no record" for level in target.isa_levels if level not in ran]
     if not passed:
         problems.append("no run passed")
+    return problems
+
+
+def same_tests_problems(entries: Mapping[str, Mapping[str, Any]], allowed: Sequence[Allowed]) -> list[str]:
+    """The recorded runs of the wheels to publish (arch -> manifest entry) must have run
+    the same tests, as the matrix verdict requires: test sessions run one arch at a time."""
+    runs: dict[RunId, dict[str, Outcome]] = {}
+    problems = []
+    for arch, entry in entries.items():
+        for run in entry.get("runs", []):
+            if "tests" not in run:
+                problems.append(f"{arch} {run['cpu']}/{run['isa']}: recorded without its test IDs "
+                                f"(test it again: nox -s {TEST_SESSIONS[arch]})")
+                continue
+            runs[RunId(arch, "", run["cpu"], run["isa"])] = {
+                test: Outcome(outcome) for test, outcome in run["tests"].items()}
+    if runs and not problems:
+        problems += [f"not the same tests: {drift}" for drift in compare(runs, allowed).drifts]
     return problems
 
 
@@ -178,9 +201,10 @@ def torch_pin_problem(wheel: Path, target: Target) -> str | None:
 
 
 def collect(targets: Mapping[str, Target], wheelhouse: Path, manifest: Mapping[str, Any],
-            allow_local_version: bool = False) -> list[Artifact]:
+            allow_local_version: bool = False, allowed: Sequence[Allowed] = ()) -> list[Artifact]:
     """The wheels and sdist to publish, or PublishError listing every reason not to."""
     problems: list[str] = []
+    tested: dict[str, Mapping[str, Any]] = {}
     artifacts: list[Artifact] = []
     wheels = sorted(wheelhouse.glob("*.whl")) if wheelhouse.is_dir() else []
     claimed: set[Path] = set()
@@ -197,10 +221,14 @@ def collect(targets: Mapping[str, Target], wheelhouse: Path, manifest: Mapping[s
         digest = sha256(wheel)
         if pin := torch_pin_problem(wheel, target):
             problems.append(f"{arch}: {pin}")
-        failed = test_problems(target, manifest.get("wheels", {}).get(digest))
+        entry = manifest.get("wheels", {}).get(digest)
+        failed = test_problems(target, entry)
         if failed:
             problems.append(f"{arch}: {wheel.name} (sha256 {digest[:12]}…) is not tested: " + "; ".join(failed))
+        else:
+            tested[arch] = entry
         artifacts.append(Artifact(wheel, digest, str(parse_wheel_filename(wheel.name)[1]), arch))
+    problems += same_tests_problems(tested, allowed)
     problems += [f"{w.name}: a wheel of no target in the table" for w in wheels if w not in claimed]
     sdists = sorted(wheelhouse.glob(f"{PROJECT}-*.tar.gz")) if wheelhouse.is_dir() else []
     if len(sdists) != 1:
@@ -565,7 +593,8 @@ def main(argv: Sequence[str]) -> None:
     targets = load_targets(args.pyproject)
     ensure_sdist(sys.executable, args.wheelhouse)
     manifest = load_manifest(args.reports)
-    artifacts = collect(targets, args.wheelhouse, manifest, args.allow_local_version)
+    artifacts = collect(targets, args.wheelhouse, manifest, args.allow_local_version,
+                        load_allowed(args.pyproject, targets))
     sdist = next(a for a in artifacts if not a.arch)
     if problems := sdist_problems(sdist.path):
         raise PublishError("Refusing to publish: " + "; ".join(problems))

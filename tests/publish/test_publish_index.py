@@ -162,6 +162,26 @@ def test_untested_or_failed_wheels_are_refused(index: Index, release: Release) -
     assert index.stored() == {}
 
 
+def test_wheels_whose_runs_ran_other_tests_are_refused(index: Index, release: Release) -> None:
+    """Each arch's own runs passed, but a test skipped on one aarch64 model only: the
+    same-tests verdict, checked across the architectures' records, refuses the release."""
+    skipped = "tests/kernels/test_a.py::test_two"
+    runs = {"aarch64": [r | {"tests": r["tests"] | {skipped: "skipped"}} if r["cpu"] == "a64fx" else r
+                        for r in passing_runs("aarch64")]}
+    write_manifest(release.reports, release.wheels, runs)
+    result = run_publish(release, uploader_env(index))
+    assert result.returncode == 1
+    assert f"not the same tests: {skipped}: passed on" in result.stderr
+    assert "skipped on aarch64 (-) CPU a64fx, ISA neon" in result.stderr
+
+    old_records = {"aarch64": [{k: v for k, v in r.items() if k != "tests"} for r in passing_runs("aarch64")]}
+    write_manifest(release.reports, release.wheels, old_records)
+    result = run_publish(release, uploader_env(index))
+    assert result.returncode == 1
+    assert "recorded without its test IDs (test it again: nox -s test-arm64)" in result.stderr
+    assert index.stored() == {}
+
+
 def test_a_missing_or_extra_wheel_is_refused(index: Index, release: Release) -> None:
     extra = make_wheel(release.wheelhouse, "x86_64", version="1.0.1")
     result = run_publish(release, uploader_env(index))
