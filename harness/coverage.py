@@ -40,12 +40,14 @@ CMAKE_SETTING = "cmake.define.MOE_KERNELS_COVERAGE=ON"
 
 @dataclasses.dataclass(frozen=True)
 class Unreachable:
-    """Uncovered lines of `files` (a glob) whose text matches `text` (a regex), on `arch`, and why."""
+    """Uncovered lines of `files` (a glob) on `arch`: each line whose text matches `text` (a regex)
+    and the `lines` - 1 after it; and why."""
 
     files: str
     text: str
     reason: str
     arch: str = "*"
+    lines: int = 1
 
 
 # Lines no run on these machines can execute. Matched by their text, not their
@@ -67,6 +69,18 @@ UNREACHABLE = (
                 "the exact fp8 widening of AMX tiles: this CPU has no AMX", arch="x86_64"),
     Unreachable("csrc/core/methods.cpp", r'^default: return "unknown";',
                 "method_name is asked only of a method check_method accepted (0 to 4)"),
+    *(Unreachable(path, text, "the tile and line layouts and the fused fp8 GEMM are x86 levels' "
+                  "(KernelSet::reads_tiles, gemm_bf16_fp8): no aarch64 level has them", "aarch64", lines)
+      for path, text, lines in (
+          ("csrc/core/fused_experts.cpp", r"\(w_\.tiles \|\| m <= kernels_\.gemm_bf16_fp8_rows\)\) \{", 6),
+          ("csrc/core/fused_experts.cpp", r"\(w\.tiles \? kernels_\.gemm_bf16_fp8_tiles : kernels_\.gemm_bf16_fp8\)", 3),
+          ("csrc/core/fused_experts.cpp", r"fp8_line_row\(base \+ r / 16", 1),
+          ("csrc/core/kernels.h", r"constexpr int64_t (tile_byte|fp8_line_byte)\(", 2),
+          ("csrc/core/kernels.h", r"^inline void fp8_line_row\(", 2),
+          ("csrc/core/packing.cpp", r"^bool tiles_apply\(", 2),
+          ("csrc/core/packing.cpp", r"^void (store_fp8_lines|store_tiles)\(", 8),
+          ("csrc/core/packing.cpp", r"if \(layout == PackLayout::kTiles16\) \{", 6),
+      )),
     Unreachable("csrc/arch/x86/gemm_avx2.cpp", r"if \(add\) v = _mm256_add_ps\(v, _mm256_load_ps\(Padded",
                 "8-column tiles are the m = 1 stream's, which never cuts K into blocks (nothing to add to)"),
 )
@@ -155,11 +169,18 @@ def parse_gcovr(data: Mapping) -> dict[str, FileCoverage]:
     return files
 
 
-def reason_for(arch: str, path: str, text: str, unreachable: Sequence[Unreachable] = UNREACHABLE) -> str:
+def reasons(arch: str, path: str, text: Sequence[str],
+            unreachable: Sequence[Unreachable] = UNREACHABLE) -> dict[int, str]:
+    """Line number -> why it cannot run, for the lines of path (its text, one line an item)."""
+    found: dict[int, str] = {}
     for rule in unreachable:
-        if fnmatch.fnmatch(arch, rule.arch) and fnmatch.fnmatch(path, rule.files) and re.search(rule.text, text):
-            return rule.reason
-    return ""
+        if not (fnmatch.fnmatch(arch, rule.arch) and fnmatch.fnmatch(path, rule.files)):
+            continue
+        for index, line in enumerate(text):
+            if re.search(rule.text, line.strip()):
+                for number in range(index + 1, index + 1 + rule.lines):
+                    found.setdefault(number, rule.reason)
+    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,9 +209,9 @@ def gaps(arch: str, runs: Mapping[str, dict[str, FileCoverage]], sources: Path =
     found = []
     for level, path, coverage in checked:
         text = (sources / path).read_text().splitlines()
+        why = reasons(arch, path, text)
         for number in coverage.uncovered():
-            line = text[number - 1].strip()
-            found.append(Gap(arch, level, path, number, line, reason_for(arch, path, line)))
+            found.append(Gap(arch, level, path, number, text[number - 1].strip(), why.get(number, "")))
     return found
 
 

@@ -124,7 +124,13 @@ def test_each_run_reads_the_builds_notes_with_the_arch_gcov(tmp_path):
 
 
 def test_a_reason_holds_only_on_the_arch_it_names():
-    line = "if (level.supported) best = &level;"
-    assert "MOE_KERNELS_ISA" in coverage.reason_for("x86_64", "csrc/core/dispatch.cpp", line)
-    assert coverage.reason_for("aarch64", "csrc/core/dispatch.cpp", line) == ""
-    assert coverage.reason_for("x86_64", "csrc/core/packing.cpp", line) == ""
+    text = ["x", "    if (level.supported) best = &level;"]
+    assert "MOE_KERNELS_ISA" in coverage.reasons("x86_64", "csrc/core/dispatch.cpp", text)[2]
+    assert coverage.reasons("aarch64", "csrc/core/dispatch.cpp", text) == {}
+    assert coverage.reasons("x86_64", "csrc/core/packing.cpp", text) == {}
+
+
+def test_a_reason_can_hold_for_the_lines_after_the_one_it_matches():
+    rule = coverage.Unreachable("a.cpp", r"^if \(tiles\) \{$", "why", lines=3)
+    text = ["a", "if (tiles) {", "  b;", "  c;", "}", "if (tiles) {"]
+    assert coverage.reasons("x86_64", "a.cpp", text, [rule]) == {2: "why", 3: "why", 4: "why", 6: "why", 7: "why", 8: "why"}
