@@ -120,6 +120,9 @@ BAD_INPUTS = [
     # method, activation
     _bad("moe_comp_method-7", "moe_comp_method", lambda a: {"moe_comp_method": 7}),
     _bad("moe_comp_method-negative", "moe_comp_method", lambda a: {"moe_comp_method": -1}),
+    # methods of the spec this build does not implement yet: refused, never run as another
+    _bad("moe_comp_method-3-not-implemented", "moe_comp_method", lambda a: {"moe_comp_method": 3}),
+    _bad("moe_comp_method-4-not-implemented", "moe_comp_method", lambda a: {"moe_comp_method": 4}),
     _bad("limit-without-alpha", "limit", lambda a: {"limit": 1.0}),
     # packed weights
     _bad("is_vnni-unpacked-weights", "w1|is_vnni", lambda a: {"is_vnni": True}),
@@ -307,6 +310,32 @@ def test_packed_header_is_checked_bit_for_bit() -> None:
             flipped[:, byte] ^= 1 << bit
             with pytest.raises(RuntimeError, match=r"\bw1\b"):
                 moe_kernels.fused_experts(**kwargs | {"w1": flipped})
+
+
+def _fnv1a(data: bytes) -> int:
+    hash = 0xCBF29CE484222325
+    for byte in data:
+        hash = ((hash ^ byte) * 0x100000001B3) % 2**64
+    return hash
+
+
+def test_weights_packed_on_another_architecture_are_refused() -> None:
+    """A whole, self-consistent header (its checksum recomputed) that says another
+    architecture packed it: refused by name, since each architecture lays packs out its own way."""
+    kwargs = make_moe_problem(2, 64, 32, 2, 1, torch.bfloat16, UNQUANT, seed=3).kwargs()
+    w1 = moe_kernels.convert_weight_packed(kwargs["w1"], UNQUANT)
+    kwargs.update(w2=moe_kernels.convert_weight_packed(kwargs["w2"], UNQUANT), is_vnni=True)
+    arch_offset, checksum_offset = 12, 56  # PackedHeader in csrc/core/packing.h
+    header = w1[0, :64].numpy().tobytes()
+    this_arch = int.from_bytes(header[arch_offset:arch_offset + 4], "little")
+    other_arch = {1: 2, 2: 1}.get(this_arch, 1)  # x86_64 <-> aarch64; generic -> x86_64
+    forged = bytearray(header)
+    forged[arch_offset:arch_offset + 4] = other_arch.to_bytes(4, "little")
+    forged[checksum_offset:] = _fnv1a(bytes(forged[:checksum_offset])).to_bytes(8, "little")
+    moved = w1.clone()
+    moved[:, :64] = torch.frombuffer(forged, dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match=r"\bw1 was packed on (x86_64|aarch64); repack it on this machine"):
+        moe_kernels.fused_experts(**kwargs | {"w1": moved})
 
 
 def test_packed_nbytes_does_not_wrap() -> None:
