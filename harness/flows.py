@@ -80,12 +80,13 @@ def _build(target: Target, builder: str, tools: builds.Tools, force: bool, steps
 
 
 def _test(target: Target, builder: str, wheel: Path, pytest_args: list[str],
-          steps: console.StepLog, stage: str = "full") -> list[suite.RunRecord]:
+          steps: console.StepLog, stage: str = "full",
+          on_run: Callable[[suite.RunRecord], None] | None = None) -> list[suite.RunRecord]:
     specs = images.ensure_images(target, WORK / "images", steps, upto="test")
     with images.image_in_use(specs["test"].tag, f"nox -s {TEST_SESSIONS[target.arch]}"):
         records = suite.run_suite(
             target, builder, test_image=specs["test"].tag, wheel=wheel, repo=REPO, reports=REPORTS,
-            steps=steps, pytest_args=pytest_args, stage=stage,
+            steps=steps, pytest_args=pytest_args, stage=stage, on_run=on_run,
         )
     if stage == "full":
         publish.record_tested(target, wheel, records, REPORTS)  # what publish may upload
@@ -202,27 +203,48 @@ def _build_then_stages(batch: list[tuple[Target, str]], tools: builds.Tools, opt
             wheels.append((target, builder, _build(target, builder, tools, options.force, steps)))
         except Exception as error:
             records.append(_could_not(target, builder, error, "full"))
+    canary = CanaryReport(allowed)
     for stage in suite.STAGES:
         # The emulated canaries first: they are slow, and where a defect hides from x86.
         order = sorted(wheels, key=lambda built: built[0].runner != "qemu") if stage == "canary" else wheels
+        on_run = canary.run_ended if stage == "canary" else None
         for target, builder, wheel in order:
             try:
-                stage_records = _test(target, builder, wheel, options.pytest_args, steps, stage)
+                stage_records = _test(target, builder, wheel, options.pytest_args, steps, stage, on_run)
             except Exception as error:
                 stage_records = [_could_not(target, builder, error, stage)]
             records += stage_records
             if stage == "canary":
-                report_at_once(stage_records, allowed)
+                canary.target_ended(stage_records)
     return records
 
 
-def report_at_once(records: list[suite.RunRecord], allowed: Sequence[verdict.Allowed]) -> None:
-    """Print a canary stage's failures now, not after the full suites."""
-    failures = summary.failure_lines(*summary.judge_all(records, allowed))
-    first = records[0]
-    print(f"==> canary stage of {first.target} ({first.builder}): "
-          f"{'FAILED' if failures else 'passed'}", flush=True)
-    for line in failures:
+class CanaryReport:
+    """Prints the canary stage's failures now, not after the full suites: a run's own as
+    soon as it ends, then, per target, the stage's verdict with what comparing its runs
+    added (a run that ran other tests than the rest)."""
+
+    def __init__(self, allowed: Sequence[verdict.Allowed]) -> None:
+        self.allowed = allowed
+        self.printed: dict[suite.RunRecord, list[str]] = {}
+
+    def run_ended(self, record: suite.RunRecord) -> None:
+        self.printed[record] = summary.failure_lines(*summary.judge_all([record], self.allowed))
+        _print_lines(self.printed[record])
+
+    def target_ended(self, records: list[suite.RunRecord]) -> None:
+        rows, verdicts = summary.judge_all(records, self.allowed)
+        first = records[0]
+        print(f"==> canary stage of {first.target} ({first.builder}): "
+              f"{'passed' if all(row.ok for row in rows) else 'FAILED'}", flush=True)
+        for row in rows:
+            lines = summary.failure_lines([row], verdicts)
+            if lines != self.printed.get(row.record):
+                _print_lines(lines)
+
+
+def _print_lines(lines: list[str]) -> None:
+    for line in lines:
         print(line, flush=True)
 
 

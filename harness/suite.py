@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness import console, containers
@@ -150,9 +151,11 @@ def run_suite(
     steps: console.StepLog,
     pytest_args: list[str],
     stage: str = "full",
+    on_run: Callable[[RunRecord], None] | None = None,
 ) -> list[RunRecord]:
     """Every planned run of the target; records land in reports/<target>/<builder>/<run>/
-    (the canary stage's in reports/canary/<target>/<builder>/<run>/)."""
+    (the canary stage's in reports/canary/<target>/<builder>/<run>/). ``on_run`` sees
+    each record as soon as its run ends."""
     target_reports = (reports if stage == "full" else reports / stage) / target.arch / builder
     shutil.rmtree(target_reports, ignore_errors=True)
     records = []
@@ -195,4 +198,6 @@ def run_suite(
         )
         (report_dir / "run.json").write_text(json.dumps(dataclasses.asdict(record), indent=2) + "\n")
         records.append(record)
+        if on_run:
+            on_run(record)
     return records

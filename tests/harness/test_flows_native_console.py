@@ -140,15 +140,19 @@ def test_matrix_builds_every_wheel_then_runs_the_canary_everywhere_then_the_full
             raise console.CommandFailed("build aarch64", ["cibuildwheel"], 1, "csrc/x.cpp:3:1: error: boom")
         return tmp_path / f"{target.arch}-{builder}.whl"
 
-    def test(target, builder, wheel, pytest_args, steps, stage="full"):
+    def test(target, builder, wheel, pytest_args, steps, stage="full", on_run=None):
         calls.append((stage, target.arch))
         directory = tmp_path / stage / target.arch
         directory.mkdir(parents=True)
         (directory / "junit.xml").write_text(
             '<testsuite tests="1" failures="1" errors="0" skipped="0"><testcase classname="tests.t" name="test_a"'
             ' file="tests/t.py"><failure message="AssertionError: wrong number">x</failure></testcase></testsuite>')
-        return [flows.suite.RunRecord(target.arch, target.runner, "max", "i8mm", "i8mm", 1, 1.0, str(directory),
-                                      builder=builder, stage=stage)]
+        record = flows.suite.RunRecord(target.arch, target.runner, "max", "i8mm", "i8mm", 1, 1.0, str(directory),
+                                       builder=builder, stage=stage)
+        if on_run:
+            on_run(record)
+            calls.append(("reported", target.arch))
+        return [record]
 
     monkeypatch.setattr(flows, "_targets", lambda arches: [x86, arm])
     monkeypatch.setattr(flows, "_allowed", lambda: ())
@@ -161,17 +165,19 @@ def test_matrix_builds_every_wheel_then_runs_the_canary_everywhere_then_the_full
     monkeypatch.setattr(flows, "write_summary", lambda records, steps, reports, allowed: summarized.extend(records))
     flows.matrix(["--builder", "cross", "--builder", "cibuildwheel"], tools=None)
     assert calls == [("build", "x86_64"), ("build", "aarch64"), ("build", "aarch64"),
-                     ("canary", "aarch64"), ("canary", "x86_64"), ("full", "x86_64"), ("full", "aarch64")]
+                     ("canary", "aarch64"), ("reported", "aarch64"), ("canary", "x86_64"), ("reported", "x86_64"),
+                     ("full", "x86_64"), ("full", "aarch64")]
     assert [(r.target, r.builder, r.stage) for r in summarized] == [
         ("aarch64", "cibuildwheel", "full"), ("aarch64", "cross", "canary"), ("x86_64", "cibuildwheel", "canary"),
         ("x86_64", "cibuildwheel", "full"), ("aarch64", "cross", "full")]
     assert summarized[0].failure == ("CommandFailed: build aarch64: cibuildwheel exited with 1; "
                                      "first error: csrc/x.cpp:3:1: error: boom")
     out = capsys.readouterr().out
-    # the canary's failure is printed before the full suites start
-    assert ("==> canary stage of aarch64 (cross): FAILED\n"
-            "- canary aarch64 (cross) CPU max, ISA i8mm: FAILED: 1 failed\n"
-            "  - `tests/t.py::test_a` (failed): AssertionError: wrong number\n") in out
+    # a canary run's failure is printed as soon as the run ends, once, then its target's stage verdict
+    assert ("- canary aarch64 (cross) CPU max, ISA i8mm: FAILED: 1 failed\n"
+            "  - `tests/t.py::test_a` (failed): AssertionError: wrong number\n"
+            "==> canary stage of aarch64 (cross): FAILED\n") in out
+    assert out.count("AssertionError: wrong number") == 2  # one aarch64 run, one x86_64 run
 
 
 def test_an_emulated_target_whose_images_are_being_made_comes_in_a_later_batch(targets):
@@ -193,3 +199,23 @@ def test_a_failed_command_names_its_first_compiler_error(tmp_path):
     assert console.first_error_line("CMake Error at CMakeLists.txt:3 (project):") == (
         "CMake Error at CMakeLists.txt:3 (project):")
     assert console.first_error_line("-- Performing Test HAVE_ERROR_H - Success") == ""
+
+
+def test_the_canary_report_prints_a_run_that_ran_other_tests_when_its_target_ends(tmp_path, capsys):
+    records = []
+    for cpu, outcome in (("neoverse-n1", ""), ("a64fx", '<skipped message="not on this CPU"/>')):
+        directory = tmp_path / cpu
+        directory.mkdir()
+        (directory / "junit.xml").write_text(
+            f'<testsuite tests="1" failures="0" errors="0" skipped="{int(bool(outcome))}">'
+            f'<testcase classname="tests.t" name="test_a" file="tests/t.py">{outcome}</testcase></testsuite>')
+        records.append(flows.suite.RunRecord("aarch64", "qemu", cpu, "neon", "neon", 0, 1.0, str(directory),
+                                             builder="cross", stage="canary"))
+    report = flows.CanaryReport(())
+    for record in records:
+        report.run_ended(record)
+    assert capsys.readouterr().out == ""  # each run alone passed
+    report.target_ended(records)
+    out = capsys.readouterr().out
+    assert out.startswith("==> canary stage of aarch64 (cross): FAILED\n- canary aarch64 (cross) CPU a64fx")
+    assert "tests/t.py::test_a" in out and "not on this CPU" in out
