@@ -25,6 +25,10 @@ from pathlib import Path
 
 import pytest
 
+# Minutes of native build: its own session (drift-native), after the matrix in the
+# test command, so that `nox -s tests` stays quick and the canaries start early.
+pytestmark = pytest.mark.native_build
+
 
 @dataclass(frozen=True)
 class Drift:
