@@ -11,7 +11,7 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
-from harness import versioning
+from harness import publish, versioning
 from tests.publish.support import (
     PASSWORD,
     CuttingProxy,
@@ -180,6 +180,16 @@ def test_wheels_whose_runs_ran_other_tests_are_refused(index: Index, release: Re
     assert result.returncode == 1
     assert "recorded without its test IDs (test it again: nox -s test-arm64)" in result.stderr
     assert index.stored() == {}
+
+
+def test_runs_that_did_not_run_are_not_compared() -> None:
+    """A level this CPU lacks records no tests: it is not a run that ran other tests."""
+    runs = passing_runs("x86_64")
+    runs[-1] = runs[-1] | {"result": "not supported by this CPU", "passed": 0, "tests": {}}
+    entries = {"x86_64": {"runs": runs}, "aarch64": {"runs": passing_runs("aarch64")}}
+    assert publish.same_tests_problems(entries, ()) == []
+    runs[-1] = runs[-1] | {"result": "passed"}
+    assert publish.same_tests_problems(entries, ())[0].startswith("not the same tests: tests/kernels/test_a.py")
 
 
 def test_a_missing_or_extra_wheel_is_refused(index: Index, release: Release) -> None:
