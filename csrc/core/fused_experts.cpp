@@ -59,9 +59,7 @@ class PhaseRanges {
   std::optional<at::RecordFunction> range_;
 };
 
-int64_t round_up(int64_t value, int64_t multiple) {
-  return (value + multiple - 1) / multiple * multiple;
-}
+int64_t round_up(int64_t value, int64_t multiple) { return ceil_div(value, multiple) * multiple; }
 
 struct AlignedFree {
   void operator()(void* p) const { std::free(p); }
@@ -500,7 +498,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   auto acc = aligned_buffer<float>(M, K, "the fp32 output accumulator ([M, K] of hidden_states)");
   const ExpertGemm gemm2(kernels, p, p.w2, p.compute);
   const std::array<float, kHiddenBlock> no_bias{};  // stands in for a missing bias
-  at::parallel_for(0, (K + kHiddenBlock - 1) / kHiddenBlock, 1, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, ceil_div(K, kHiddenBlock), 1, [&](int64_t begin, int64_t end) {
     Scratch scratch = gemm2.scratch();
     const int64_t first = begin * kHiddenBlock, last = std::min(K, end * kHiddenBlock);
     for (int64_t m = 0; m < M; ++m) std::fill(acc.get() + m * K + first, acc.get() + m * K + last, 0.f);
