@@ -141,6 +141,9 @@ def apt_install(packages: list[str]) -> None:
     subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", *packages], check=True, env=env)
 
 
+_SERVICES: list[subprocess.Popen] = []
+
+
 def _start_dockerd() -> None:
     if docker_answers():  # installing docker.io may have started one
         return
@@ -154,6 +157,8 @@ def _start_dockerd() -> None:
             ["dockerd"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,  # outlives this run, as a service would
         )
+    # Held for the life of this process: a dropped handle to a running child warns when collected.
+    _SERVICES.append(daemon)
     for _ in range(60):
         if docker_answers():
             return
