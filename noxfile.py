@@ -1,7 +1,7 @@
-"""moe-kernels' build and test sessions: a table of contents.
+"""moe-xarch' build and test sessions: a table of contents.
 
 The logic lives in harness/ (unit-tested in tests/harness); the targets, in
-[tool.moe-kernels.targets] of pyproject.toml. `nox -l` lists the sessions.
+[tool.moe-xarch.targets] of pyproject.toml. `nox -l` lists the sessions.
 Sessions that take `-- --arch <arch>` default to every target in the table.
 """
 
@@ -153,7 +153,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(default=False)
 def bench(session: nox.Session) -> None:
-    """Benchmark natively: moe_kernels vs SGLang's CPU kernel, pure torch and the rooflines.
+    """Benchmark natively: moe_xarch vs SGLang's CPU kernel, pure torch and the rooflines.
 
     Runs its unit tests (tests/bench), then benchmarks/moe_bench.py with the
     arguments after `--` (`nox -s bench -- --help`); table, JSON and PNG go to

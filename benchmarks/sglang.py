@@ -22,7 +22,7 @@ Conventions found by experiment on these x86_64 machines:
 - biases must be float32; bf16 and fp8 apply biases and the gpt-oss swiglu
   (alpha, limit, interleaved gate/up) as our spec does, but int8 silently
   ignores biases, alpha and limit (it computes plain SiLU-and-mul) - which the
-  benchmark's check against moe_kernels.reference catches and reports.
+  benchmark's check against moe_xarch.reference catches and reports.
 
 Anything that keeps the kernel from loading (another architecture, another
 torch, no network, a missing shared library, a CPU without the instructions it

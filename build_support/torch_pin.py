@@ -27,7 +27,7 @@ def built_against() -> str:
         import torch
     except ImportError as exc:
         raise RuntimeError(
-            "moe-kernels builds against the installed torch, but torch cannot be "
+            "moe-xarch builds against the installed torch, but torch cannot be "
             "imported. Install torch first, then: pip install --no-build-isolation ."
         ) from exc
     return torch.__version__

@@ -1,40 +1,40 @@
-// The one registration of every moe_kernels op, shared by all architectures.
+// The one registration of every moe_xarch op, shared by all architectures.
 // Schemas and their C++ function types are generated from
-// package/moe_kernels/schemas.txt; each op's declaration in moe_kernels.h is
+// package/moe_xarch/schemas.txt; each op's declaration in moe_xarch.h is
 // checked against its schema here, at compile time, on every architecture.
 #include <torch/library.h>
 
 #include <type_traits>
 
-#include "moe_kernels.h"
+#include "moe_xarch.h"
 #include "schemas.h"
 
 // Registers `function` as the kernel of `op`, if its type is the one op's schema implies.
-#define MOE_KERNELS_IMPL(m, op, function)                                              \
-  static_assert(std::is_same_v<decltype(function), moe_kernels::schema::op##_type>,    \
-                #op ": the C++ function registered in the " MOE_KERNELS_ARCH           \
-                " build does not match its schema in package/moe_kernels/schemas.txt"); \
+#define MOE_XARCH_IMPL(m, op, function)                                              \
+  static_assert(std::is_same_v<decltype(function), moe_xarch::schema::op##_type>,    \
+                #op ": the C++ function registered in the " MOE_XARCH_ARCH           \
+                " build does not match its schema in package/moe_xarch/schemas.txt"); \
   m.impl(#op, TORCH_FN(function))
 
-TORCH_LIBRARY(moe_kernels, m) {
-  m.def(moe_kernels::schema::fused_experts_cpu_schema);
-  m.def(moe_kernels::schema::convert_weight_packed_schema);
-  m.def(moe_kernels::schema::packed_nbytes_schema);
-  m.def(moe_kernels::schema::isa_schema);
-  m.def(moe_kernels::schema::supported_isas_schema);
-  m.def(moe_kernels::schema::kernel_use_schema);
+TORCH_LIBRARY(moe_xarch, m) {
+  m.def(moe_xarch::schema::fused_experts_cpu_schema);
+  m.def(moe_xarch::schema::convert_weight_packed_schema);
+  m.def(moe_xarch::schema::packed_nbytes_schema);
+  m.def(moe_xarch::schema::isa_schema);
+  m.def(moe_xarch::schema::supported_isas_schema);
+  m.def(moe_xarch::schema::kernel_use_schema);
 }
 
-TORCH_LIBRARY_IMPL(moe_kernels, CPU, m) {
-  MOE_KERNELS_IMPL(m, fused_experts_cpu, moe_kernels::fused_experts_cpu);
-  MOE_KERNELS_IMPL(m, convert_weight_packed, moe_kernels::convert_weight_packed);
+TORCH_LIBRARY_IMPL(moe_xarch, CPU, m) {
+  MOE_XARCH_IMPL(m, fused_experts_cpu, moe_xarch::fused_experts_cpu);
+  MOE_XARCH_IMPL(m, convert_weight_packed, moe_xarch::convert_weight_packed);
 }
 
 // Ops without tensor arguments dispatch to no backend, so they take a
 // backend-independent kernel.
-TORCH_LIBRARY_IMPL(moe_kernels, CompositeExplicitAutograd, m) {
-  MOE_KERNELS_IMPL(m, packed_nbytes, moe_kernels::packed_nbytes);
-  MOE_KERNELS_IMPL(m, isa, moe_kernels::isa);
-  MOE_KERNELS_IMPL(m, supported_isas, moe_kernels::supported_isas);
-  MOE_KERNELS_IMPL(m, kernel_use, moe_kernels::kernel_use);
+TORCH_LIBRARY_IMPL(moe_xarch, CompositeExplicitAutograd, m) {
+  MOE_XARCH_IMPL(m, packed_nbytes, moe_xarch::packed_nbytes);
+  MOE_XARCH_IMPL(m, isa, moe_xarch::isa);
+  MOE_XARCH_IMPL(m, supported_isas, moe_xarch::supported_isas);
+  MOE_XARCH_IMPL(m, kernel_use, moe_xarch::kernel_use);
 }

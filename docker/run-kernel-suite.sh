@@ -1,6 +1,6 @@
 #!/bin/bash
 # Runs inside a test container: installs the built wheel (never the source
-# tree), records the kernel path moe_kernels selects under this CPU, and runs
+# tree), records the kernel path moe_xarch selects under this CPU, and runs
 # the kernel suite. Usage: run-kernel-suite.sh WHEEL REPORT_DIR [PYTEST_ARGS...]
 # REPORT_DIR gets isa.txt, junit.xml, pytest.log (the suite's output, where the
 # summary finds a crashed worker's signal) and whatever the tests write there.
@@ -13,9 +13,9 @@ shift 2
 python -m pip install --quiet --no-index --no-deps "$wheel"
 # --no-deps keeps the image's torch; pip check still fails on a wrong torch pin.
 python -m pip check
-python -c 'import moe_kernels; print(moe_kernels.isa())' > "$report_dir/isa.txt"
-echo "moe_kernels.isa() = $(cat "$report_dir/isa.txt")"
-export MOE_KERNELS_REPORT_DIR=$report_dir
+python -c 'import moe_xarch; print(moe_xarch.isa())' > "$report_dir/isa.txt"
+echo "moe_xarch.isa() = $(cat "$report_dir/isa.txt")"
+export MOE_XARCH_REPORT_DIR=$report_dir
 # A crashed process under QEMU would otherwise write a core of the emulated guest.
 ulimit -c 0
 # xunit1: each test's file in the report (harness/verdict.py). A crashed xdist worker

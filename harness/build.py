@@ -35,7 +35,7 @@ from harness.images import ImageSpec, image_in_use
 from harness.targets import Target
 from harness.wheels import read_wheel, requirement_lines
 
-PROJECT = "moe_kernels"
+PROJECT = "moe_xarch"
 CIBUILDWHEEL = "cibuildwheel==4.3.5"  # what the nox sessions install
 REPO = Path(__file__).resolve().parent.parent
 # The build backend on the host (cross builds, the version from git): the build
@@ -299,7 +299,7 @@ def build_wheel(
         kept.mkdir(parents=True, exist_ok=True)
     remove_partial_outputs(wheelhouse, cache)
     with steps.step(f"build {target.arch} ({builder})") as step, console.exclusive(cache / f"{target.arch}.lock"):
-        with tempfile.TemporaryDirectory(prefix="moe-kernels-stage-") as staged:
+        with tempfile.TemporaryDirectory(prefix="moe-xarch-stage-") as staged:
             partial = cache / f".partial-{os.getpid()}-{target.arch}-{builder}"
             job = BuildJob(target, builder, build_image, Path(staged), partial, tools,
                            versioning.project_version(repo, tools.python))

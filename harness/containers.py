@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-OWNER_LABEL = "org.moe-kernels.owner"  # "<boot id>:<pid>" of the harness process
+OWNER_LABEL = "org.moe-xarch.owner"  # "<boot id>:<pid>" of the harness process
 
 
 def boot_id() -> str:
@@ -40,7 +40,7 @@ def label_args() -> list[str]:
 
 def container_name(*parts: str) -> str:
     """A docker-legal container name, unique to this process."""
-    name = "-".join(["moe-kernels", *parts, str(os.getpid())])
+    name = "-".join(["moe-xarch", *parts, str(os.getpid())])
     return re.sub(r"[^a-zA-Z0-9_.-]", "-", name)
 
 

@@ -1,6 +1,6 @@
 """Line and branch coverage of the kernels, per kernel file and ISA level (`nox -s coverage`).
 
-The library is built with MOE_KERNELS_COVERAGE=ON (gcov, at the release
+The library is built with MOE_XARCH_COVERAGE=ON (gcov, at the release
 optimization level): natively for x86_64, with the cross compiler for aarch64.
 The kernel suite then runs once per x86 level this CPU has and once per QEMU
 CPU model (in the aarch64 test image), each run writing its own .gcda set
@@ -35,7 +35,7 @@ BUILD = REPO / "build" / "coverage"
 GCOVR = "gcovr==8.8"
 ARCH_DIRS = {"x86_64": "x86", "aarch64": "arm"}
 KERNEL_FILES = ("csrc/arch/*/gemm_*.cpp", "csrc/arch/*/kernels_*.h", "csrc/core/*.cpp", "csrc/core/*.h")
-CMAKE_SETTING = "cmake.define.MOE_KERNELS_COVERAGE=ON"
+CMAKE_SETTING = "cmake.define.MOE_XARCH_COVERAGE=ON"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +60,7 @@ UNREACHABLE = (
                 "runs only when an allocation in the scope throws"),
     Unreachable("csrc/core/dispatch.cpp", r"level\.supported\) best = &level|best->name, &best->kernels|"
                 r"^for \(const IsaLevel& level : ladder\) \{$",
-                "the default (best) level: every x86 run forces its level with MOE_KERNELS_ISA", arch="x86_64"),
+                "the default (best) level: every x86 run forces its level with MOE_XARCH_ISA", arch="x86_64"),
     Unreachable("csrc/core/fused_experts.cpp", r"^uint16_t to_bf16_bits\(float value\)",
                 "inlined at every use: gcov counts the out-of-line copy, which nothing calls"),
     Unreachable("csrc/arch/generic/gemm_generic.cpp", r"std::free\(p\)",
@@ -319,7 +319,7 @@ def native_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], outco
     python = str(bin_dir / "python")
     console.run_streamed([python, "-m", "pip", "install", "--no-build-isolation", "--no-deps",
                           *config_settings(build_dir), str(REPO)], f"build {target.arch} coverage")
-    supported = subprocess.run([python, "-c", "import moe_kernels; print(*moe_kernels.supported_isas())"],
+    supported = subprocess.run([python, "-c", "import moe_xarch; print(*moe_xarch.supported_isas())"],
                                check=True, capture_output=True, text=True).stdout.split()
     runs = outcome.runs.setdefault(target.arch, {})
     for level in target.isa_levels:
@@ -327,7 +327,7 @@ def native_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], outco
             outcome.not_run[f"{target.arch} {level}"] = "this CPU lacks it"
             continue
         gcda = _fresh(REPORTS / target.arch / level)
-        env = {"MOE_KERNELS_ISA": level, "MOE_KERNELS_EXPECT_ISA": level, **gcov_env(str(gcda), build_dir)}
+        env = {"MOE_XARCH_ISA": level, "MOE_XARCH_EXPECT_ISA": level, **gcov_env(str(gcda), build_dir)}
         command = [python, "-m", "pytest", "tests/kernels", "-p", "no:cacheprovider", *_workers(target.runner),
                    *pytest_args]
         code = console.run_streamed(command, f"coverage {target.arch} {level}", env=env, cwd=REPO, check=False)

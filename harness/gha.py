@@ -1,7 +1,7 @@
 """The GitHub Actions matrix, generated from the target table.
 
 `nox -s gha-matrix` prints it as JSON; the workflows read it with fromJSON, so
-adding a target to [tool.moe-kernels.targets] adds its CI jobs. Every target
+adding a target to [tool.moe-xarch.targets] adds its CI jobs. Every target
 builds and tests on a runner of its own architecture ("native"); a target whose
 table runner is qemu also gets "emulated" jobs on an x86_64 runner, one per
 builder in its row (the cross build and cibuildwheel under QEMU): the paths this

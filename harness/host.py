@@ -22,7 +22,7 @@ from pathlib import Path
 from harness.errors import HarnessError
 
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
-DOCKERD_LOG = Path(tempfile.gettempdir()) / "moe-kernels-dockerd.log"
+DOCKERD_LOG = Path(tempfile.gettempdir()) / "moe-xarch-dockerd.log"
 DOCKERD_PIDFILE = Path("/var/run/docker.pid")
 
 # The ELF header magic and mask of each emulated architecture, as QEMU's

@@ -29,7 +29,7 @@ from harness.targets import Target
 from harness.wheels import download_closure, pip_install_target_command, requirement_lines
 
 DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
-REPOSITORY = "moe-kernels"
+REPOSITORY = "moe-xarch"
 ROLES = ("base", "test", "build")
 
 
@@ -126,7 +126,7 @@ def build_args(spec: ImageSpec) -> dict[str, str]:
 
 def docker_build_command(spec: ImageSpec, context: Path) -> list[str]:
     command = ["docker", "build", f"--platform={spec.target.platform}", f"--tag={spec.tag}"]
-    command += [f"--label=org.moe-kernels.role={spec.role}", f"--file={context / 'Dockerfile'}"]
+    command += [f"--label=org.moe-xarch.role={spec.role}", f"--file={context / 'Dockerfile'}"]
     command += [f"--build-arg={key}={value}" for key, value in build_args(spec).items()]
     return [*command, str(context)]
 
@@ -164,9 +164,9 @@ def _gone(tag: str, rerun: str) -> str:
 def debian_mirror(suite: str, sources: Iterable[Path] | None = None) -> str:
     """The host's Debian mirror for suite, read from its apt sources at run time.
 
-    MOE_KERNELS_DEBIAN_MIRROR overrides it.
+    MOE_XARCH_DEBIAN_MIRROR overrides it.
     """
-    if override := os.environ.get("MOE_KERNELS_DEBIAN_MIRROR"):
+    if override := os.environ.get("MOE_XARCH_DEBIAN_MIRROR"):
         return override
     if sources is None:
         sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
@@ -175,7 +175,7 @@ def debian_mirror(suite: str, sources: Iterable[Path] | None = None) -> str:
             return uri
     raise host.HostSetupError(
         f"No apt source for Debian {suite} (main) was found on this host, so debootstrap "
-        f"has no mirror. Set one: export MOE_KERNELS_DEBIAN_MIRROR=<a Debian mirror URL>"
+        f"has no mirror. Set one: export MOE_XARCH_DEBIAN_MIRROR=<a Debian mirror URL>"
     )
 
 

@@ -17,7 +17,7 @@ from harness.targets import load_targets
 
 REPO = Path(__file__).resolve().parent.parent
 
-SUPPORTED_ISAS = "import moe_kernels; print(*moe_kernels.supported_isas())"
+SUPPORTED_ISAS = "import moe_xarch; print(*moe_xarch.supported_isas())"
 
 
 def host_torch_requirement() -> str:
@@ -40,8 +40,8 @@ def suite_runs(levels: Sequence[str], pytest_args: Sequence[str]) -> list[tuple[
     return [
         (
             # Natively there is time for the whole matrix, not only its covering array.
-            {"MOE_KERNELS_ISA": level, "MOE_KERNELS_EXPECT_ISA": level,
-             "MOE_KERNELS_TEST_STRENGTH": "full"},
+            {"MOE_XARCH_ISA": level, "MOE_XARCH_EXPECT_ISA": level,
+             "MOE_XARCH_TEST_STRENGTH": "full"},
             ["python", "-m", "pytest", "tests/kernels", "-p", "no:cacheprovider", *pytest_args],
         )
         for level in levels

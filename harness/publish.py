@@ -49,7 +49,7 @@ from harness.wheels import read_wheel
 REPO = Path(__file__).resolve().parent.parent
 WHEELHOUSE = REPO / "wheelhouse"
 REPORTS = REPO / "reports"
-DISTRIBUTION = "moe-kernels"
+DISTRIBUTION = "moe-xarch"
 # What the publish tests add: a real index with htpasswd authentication.
 TEST_REQUIREMENTS = ("pytest", "pypiserver>=2.3", "passlib>=1.7")
 
@@ -58,7 +58,7 @@ NO_DESTINATION = (
     "  TWINE_REPOSITORY_URL=<the index's upload URL>   or\n"
     "  TWINE_REPOSITORY=<a section of your .pypirc>\n"
     "and the credentials as TWINE_USERNAME / TWINE_PASSWORD (or in a keyring).\n"
-    "Set MOE_KERNELS_INDEX_URL to the index's simple (PEP 503) URL when it is not\n"
+    "Set MOE_XARCH_INDEX_URL to the index's simple (PEP 503) URL when it is not\n"
     "<upload URL>/simple/. Try it first with: nox -s publish -- --dry-run"
 )
 
@@ -261,8 +261,8 @@ def sdist_problems(sdist: Path) -> list[str]:
     except (tarfile.TarError, EOFError, zlib.error, OSError) as error:
         return [f"{sdist} is not a whole sdist, truncated or damaged ({error}): delete it (nox -s publish "
                 f"builds the tree's sdist when the wheelhouse has none) and publish again"]
-    needed = ["pyproject.toml", "CMakeLists.txt", "PKG-INFO", "csrc/moe_kernels.h",
-              "csrc/register.cpp", "build_support/torch_pin.py", "package/moe_kernels/__init__.py"]
+    needed = ["pyproject.toml", "CMakeLists.txt", "PKG-INFO", "csrc/moe_xarch.h",
+              "csrc/register.cpp", "build_support/torch_pin.py", "package/moe_xarch/__init__.py"]
     return [f"{sdist.name} lacks {name}" for name in needed if name not in names]
 
 
@@ -321,7 +321,7 @@ def destination(env: Mapping[str, str] = os.environ) -> Destination:
         raise PublishError(NO_DESTINATION)
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         raise PublishError(f"the destination {url!r} is not an http(s) URL")
-    simple = env.get("MOE_KERNELS_INDEX_URL", "").strip() or url.rstrip("/") + "/simple/"
+    simple = env.get("MOE_XARCH_INDEX_URL", "").strip() or url.rstrip("/") + "/simple/"
     return Destination(url, simple.rstrip("/") + "/", twine_args, username, password)
 
 
@@ -353,7 +353,7 @@ def _open(dest: Destination, url: str, timeout: float) -> Any:
 def _refuse_other_server(page: str, landed: str) -> None:
     """A project page sent on to another server lists that server's files, not the
     index's own: pypiserver sends a project it has no files of to PyPI unless
-    started with --disable-fallback (and PyPI has another project of this name)."""
+    started with --disable-fallback."""
     if urllib.parse.urlsplit(landed).netloc != urllib.parse.urlsplit(page).netloc:
         raise PublishError(
             f"the index sent {_redact_url(page)} on to another server, {_redact_url(landed)}, so what is "
@@ -530,7 +530,7 @@ def needs_sdist_build(wheelhouse: Path) -> bool:
 
 def build_sdist(python: str, outdir: Path, repo: Path = REPO) -> Path:
     """Build the tree's sdist into outdir; a killed build leaves no half file there."""
-    with tempfile.TemporaryDirectory(prefix="moe-kernels-sdist-") as out:
+    with tempfile.TemporaryDirectory(prefix="moe-xarch-sdist-") as out:
         subprocess.run([python, "-m", "build", "--sdist", "--no-isolation", "--outdir", out, str(repo)], check=True)
         (built,) = Path(out).glob("*.tar.gz")
         return put(built, outdir, "nox -s publish")

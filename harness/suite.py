@@ -2,7 +2,7 @@
 
 One run per (target, CPU model) under QEMU, or per ISA level natively. Every run
 installs the wheel (not the source tree) into the test image's venv, with no
-network, and asserts the kernel path: MOE_KERNELS_EXPECT_ISA for the suite, and
+network, and asserts the kernel path: MOE_XARCH_EXPECT_ISA for the suite, and
 the path the library reports, recorded for the summary.
 """
 
@@ -55,12 +55,12 @@ def planned_runs(target: Target, supported_isas: list[str] | None = None) -> lis
     if target.runner == "qemu":
         return [
             SuiteRun(target, model.name, model.isa,
-                     (("QEMU_CPU", model.name), ("MOE_KERNELS_EXPECT_ISA", model.isa)))
+                     (("QEMU_CPU", model.name), ("MOE_XARCH_EXPECT_ISA", model.isa)))
             for model in target.cpu_models
         ]
     supported = supported_isas or []
     return [
-        SuiteRun(target, "host", level, (("MOE_KERNELS_ISA", level), ("MOE_KERNELS_EXPECT_ISA", level)))
+        SuiteRun(target, "host", level, (("MOE_XARCH_ISA", level), ("MOE_XARCH_EXPECT_ISA", level)))
         for level in target.isa_levels
         if level in supported
     ]
@@ -105,7 +105,7 @@ def query_supported_isas(target: Target, image: str, wheel: Path, repo: Path) ->
     name = containers.container_name("isas", target.arch)
     script = (
         'pip install --quiet --no-index --no-deps "$0" && '
-        "python -c 'import moe_kernels; print(*moe_kernels.supported_isas())'"
+        "python -c 'import moe_xarch; print(*moe_xarch.supported_isas())'"
     )
     try:
         output = subprocess.run(

@@ -285,7 +285,7 @@ def _table(rows: Sequence[Row]) -> list[str]:
 
 def markdown(rows: Sequence[Row], steps: StepLog, verdict: Mapping[str, Verdict],
              allowed: Sequence[Allowed] = ()) -> str:
-    lines = ["## moe-kernels test matrix", ""]
+    lines = ["## moe-xarch test matrix", ""]
     for stage in STAGES:
         stage_rows = [row for row in rows if row.record.stage == stage]
         if stage_rows:
@@ -296,7 +296,7 @@ def markdown(rows: Sequence[Row], steps: StepLog, verdict: Mapping[str, Verdict]
         state = "the same" if stage_verdict.ok else f"{len(stage_verdict.drifts)} not the same (below)"
         lines.append(f"- {stage}: {stage_verdict.tests} test IDs over {compared} runs: {state}")
     if allowed:
-        lines += ["", "Allowed differences ([tool.moe-kernels] allowed-differences):", "",
+        lines += ["", "Allowed differences ([tool.moe-xarch] allowed-differences):", "",
                   "| test | where | outcome | reason | runs it applied to |", "| --- | --- | --- | --- | ---: |"]
         for allowance in allowed:
             used = {run for stage_verdict in verdict.values() for a, run, _ in stage_verdict.excused if a == allowance}

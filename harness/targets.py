@@ -1,4 +1,4 @@
-"""The target table, [tool.moe-kernels.targets.<arch>] in pyproject.toml.
+"""The target table, [tool.moe-xarch.targets.<arch>] in pyproject.toml.
 
 One row per architecture; everything else (images, builds, test runs, the
 summary) reads the frozen Target objects made here. Unknown or misspelt keys are
@@ -48,14 +48,14 @@ RUNNERS = ("native", "qemu")
 # cibuildwheel: in the target's build image (emulated on a foreign host);
 # cross: the host's cross compiler against the target's torch (harness/cross.py).
 BUILDERS = ("cibuildwheel", "cross")
-# The parts of [tool.moe-kernels]; allowed-differences is read by harness/verdict.py.
+# The parts of [tool.moe-xarch]; allowed-differences is read by harness/verdict.py.
 SECTIONS = ("targets", "allowed-differences")
 
 
 @dataclasses.dataclass(frozen=True)
 class CpuModel:
     name: str  # QEMU_CPU
-    isa: str  # the kernel path moe_kernels.isa() must report under it
+    isa: str  # the kernel path moe_xarch.isa() must report under it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,8 +138,8 @@ def typed_fields(where: str, row: Mapping[str, Any], keys: Mapping[str, tuple[st
 
 
 def _parse_target(arch: str, row: Mapping[str, Any]) -> Target:
-    where = f"[tool.moe-kernels.targets.{arch}]"
-    _one_of("[tool.moe-kernels.targets]", "architecture", arch, ARCHES)
+    where = f"[tool.moe-xarch.targets.{arch}]"
+    _one_of("[tool.moe-xarch.targets]", "architecture", arch, ARCHES)
     fields: dict[str, Any] = {"arch": arch, **typed_fields(where, row, _KEYS)}
 
     expected_platform = ARCHES[arch].platform
@@ -190,16 +190,16 @@ def _parse_target(arch: str, row: Mapping[str, Any]) -> Target:
 
 def parse_targets(pyproject: Mapping[str, Any]) -> dict[str, Target]:
     """The targets of a parsed pyproject.toml, keyed by architecture."""
-    table = pyproject.get("tool", {}).get("moe-kernels")
+    table = pyproject.get("tool", {}).get("moe-xarch")
     if table is None:
-        raise TableError("pyproject.toml has no [tool.moe-kernels] table")
+        raise TableError("pyproject.toml has no [tool.moe-xarch] table")
     unknown = set(table) - set(SECTIONS)
     if unknown:
         key = sorted(unknown)[0]
-        raise TableError(f"[tool.moe-kernels]: unknown key {key!r}{_did_you_mean(key, SECTIONS)}")
+        raise TableError(f"[tool.moe-xarch]: unknown key {key!r}{_did_you_mean(key, SECTIONS)}")
     rows = table.get("targets") or {}
     if not rows:
-        raise TableError("[tool.moe-kernels.targets] lists no target")
+        raise TableError("[tool.moe-xarch.targets] lists no target")
     return {arch: _parse_target(arch, row) for arch, row in rows.items()}
 
 

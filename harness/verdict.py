@@ -3,7 +3,7 @@
 Each suite run's JUnit report (xunit1, which names each test's file) gives every
 test ID its outcome. A test that passed on one run and was skipped, xfailed,
 errored or absent (deselected, not collected) on another fails the matrix,
-unless [[tool.moe-kernels.allowed-differences]] in pyproject.toml declares it.
+unless [[tool.moe-xarch.allowed-differences]] in pyproject.toml declares it.
 A failed test is not a drift: its own run already fails, naming it.
 """
 
@@ -116,7 +116,7 @@ _ALLOWED_KEYS: dict[str, tuple[str, type, bool]] = {
     "reason": ("reason", str, True),
     "cpu-models": ("cpu_models", list, False),
 }
-WHERE = "[[tool.moe-kernels.allowed-differences]]"
+WHERE = "[[tool.moe-xarch.allowed-differences]]"
 
 
 def _parse_allowed(index: int, row: Any, targets: Mapping[str, Target]) -> Allowed:
@@ -140,7 +140,7 @@ def _parse_allowed(index: int, row: Any, targets: Mapping[str, Target]) -> Allow
 
 
 def parse_allowed(pyproject: Mapping[str, Any], targets: Mapping[str, Target]) -> tuple[Allowed, ...]:
-    rows = pyproject.get("tool", {}).get("moe-kernels", {}).get("allowed-differences", [])
+    rows = pyproject.get("tool", {}).get("moe-xarch", {}).get("allowed-differences", [])
     if not isinstance(rows, list):
         raise TableError(f"{WHERE}: must be an array of tables")
     return tuple(_parse_allowed(index, row, targets) for index, row in enumerate(rows))

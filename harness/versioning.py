@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness.errors import HarnessError
 
-VARIABLE = "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_MOE_KERNELS"
+VARIABLE = "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_MOE_XARCH"
 
 
 def project_version(repo: Path, python: str) -> str:

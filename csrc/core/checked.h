@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <optional>
 
-namespace moe_kernels {
+namespace moe_xarch {
 
 // ceil(a / b) for a >= 0 and b > 0, without the overflow of (a + b - 1) / b.
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
@@ -39,4 +39,4 @@ class Size {
   bool valid_;
 };
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

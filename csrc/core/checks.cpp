@@ -10,7 +10,7 @@
 #include "core/checked.h"
 #include "core/fused_experts.h"
 
-namespace moe_kernels {
+namespace moe_xarch {
 namespace {
 
 #define MOE_CHECK(cond, ...) TORCH_CHECK(cond, "fused_experts_cpu: ", __VA_ARGS__)
@@ -212,4 +212,4 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch,
   return p;
 }
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "moe_kernels.h"
+#include "moe_xarch.h"
 
-namespace moe_kernels {
+namespace moe_xarch {
 namespace {
 
 std::string level_names(const std::vector<IsaLevel>& ladder, bool supported_only) {
@@ -27,7 +27,7 @@ struct Selected {
 
 Selected select_level() {
   const std::vector<IsaLevel> ladder = isa_ladder();
-  const char* forced = std::getenv("MOE_KERNELS_ISA");
+  const char* forced = std::getenv("MOE_XARCH_ISA");
   if (forced == nullptr || *forced == '\0') {
     const IsaLevel* best = nullptr;  // "generic" is always supported
     for (const IsaLevel& level : ladder) {
@@ -37,11 +37,11 @@ Selected select_level() {
   }
   for (const IsaLevel& level : ladder) {
     if (std::string(level.name) != forced) continue;
-    TORCH_CHECK(level.supported, "MOE_KERNELS_ISA=", forced,
+    TORCH_CHECK(level.supported, "MOE_XARCH_ISA=", forced,
                 " is not supported by this CPU; it supports: ", level_names(ladder, true));
     return {level.name, &level.kernels()};
   }
-  TORCH_CHECK(false, "MOE_KERNELS_ISA=", forced,
+  TORCH_CHECK(false, "MOE_XARCH_ISA=", forced,
               " names no kernel path of this architecture; choose one of: ",
               level_names(ladder, false));
 }
@@ -66,4 +66,4 @@ std::vector<std::string> supported_isas() {
   return names;
 }
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

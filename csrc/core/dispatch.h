@@ -5,7 +5,7 @@
 
 #include "core/kernels.h"
 
-namespace moe_kernels {
+namespace moe_xarch {
 
 struct IsaLevel {
   const char* name;
@@ -20,8 +20,8 @@ struct IsaLevel {
 // ISA flags so that detection itself never faults on an older CPU.
 std::vector<IsaLevel> isa_ladder();
 
-// The highest supported level, or the one MOE_KERNELS_ISA names (an unknown or
+// The highest supported level, or the one MOE_XARCH_ISA names (an unknown or
 // unsupported name is an error that lists the valid ones).
 const KernelSet& active_kernels();
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

@@ -9,7 +9,7 @@
 //   3. per block of K, for every expert: y = a @ W2^T + b2, times the routing
 //      weight, added to its token's fp32 row: no atomics, a fixed order;
 //   4. per token: cast its row once into the output.
-// Each phase is a range named moe_kernels::<phase> in torch.profiler.
+// Each phase is a range named moe_xarch::<phase> in torch.profiler.
 #include "core/fused_experts.h"
 
 #include <ATen/Parallel.h>
@@ -33,7 +33,7 @@
 #include "core/checked.h"
 #include "core/work_sharing.h"
 
-namespace moe_kernels {
+namespace moe_xarch {
 namespace {
 
 constexpr int64_t kTokenChunk = 128;  // rows of a per GEMM call: bounds the fp32 tile buffers
@@ -417,7 +417,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   if (p.tokens == 0) return out;
 
   PhaseRanges phases;
-  phases.begin("moe_kernels::route");
+  phases.begin("moe_xarch::route");
   const Routing routing = route(p);
   for (int64_t e = 0; e < p.experts; ++e) {  // packed headers: of the experts this call reads
     if (routing.expert_begin[e] == routing.expert_begin[e + 1]) continue;
@@ -429,7 +429,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
 
   // Phase 1: gather. Each token is converted (int8: quantized) once, then
   // copied to each of its slots.
-  phases.begin("moe_kernels::gather");
+  phases.begin("moe_xarch::gather");
   Activations tokens(kernels, p.compute, M, K, "hidden_states in the GEMMs' input type ([M, K])");
   at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
     std::vector<float> row(K);
@@ -445,7 +445,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   });
 
   // Phase 2: W1, bias, activation; the items shared among threads (work_sharing.h).
-  phases.begin("moe_kernels::w1_activation");
+  phases.begin("moe_xarch::w1_activation");
   Activations inter(kernels, p.compute, slots, N,
                     "the intermediate (a row of N, from w1, per routed slot: up to M x topk rows)");
   std::unique_ptr<float[], AlignedFree> inter_f32;  // INT8 re-quantizes whole rows after the blocks are done
@@ -494,7 +494,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   // an expert's W2 stream as one run, and its intermediate rows stay in cache
   // across them. The run is not shared (work_sharing.h): splitting it in two
   // measured no faster at M = 1 and 2% slower at M = 16.
-  phases.begin("moe_kernels::w2_combine");
+  phases.begin("moe_xarch::w2_combine");
   auto acc = aligned_buffer<float>(M, K, "the fp32 output accumulator ([M, K] of hidden_states)");
   const ExpertGemm gemm2(kernels, p, p.w2, p.compute);
   const std::array<float, kHiddenBlock> no_bias{};  // stands in for a missing bias
@@ -523,7 +523,7 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   });
 
   // Phase 4: cast each token's row once.
-  phases.begin("moe_kernels::cast_output");
+  phases.begin("moe_xarch::cast_output");
   at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
     for (int64_t m = begin; m < end; ++m) {
       const float* row = acc.get() + m * K;
@@ -545,4 +545,4 @@ at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const Fuse
   return out;
 }
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

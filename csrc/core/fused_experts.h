@@ -11,7 +11,7 @@
 #include "core/methods.h"
 #include "core/packing.h"
 
-namespace moe_kernels {
+namespace moe_xarch {
 
 // The op's arguments, by reference, in schema order.
 struct FusedExpertsArgs {
@@ -77,4 +77,4 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch,
 
 at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const FusedExpertsArgs& args);
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "moe_kernels.h"
+#include "moe_xarch.h"
 
-namespace moe_kernels::counting {
+namespace moe_xarch::counting {
 namespace {
 
 // One thread's counters. Only their thread writes them, with relaxed atomic
@@ -63,11 +63,11 @@ void totals(uint64_t (&calls)[kKinds * kLevels]) {
   }
 }
 
-}  // namespace moe_kernels::counting
+}  // namespace moe_xarch::counting
 
 // {"kind": {"level": calls}}, the kinds and levels that ran; names are plain
 // identifiers, so nothing needs escaping.
-std::string moe_kernels::kernel_use() {
+std::string moe_xarch::kernel_use() {
   uint64_t calls[counting::kKinds * counting::kLevels];
   counting::totals(calls);
   std::string json = "{";

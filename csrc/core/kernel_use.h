@@ -3,7 +3,7 @@
 // Selecting a level (isa()) proves nothing about the kernels its KernelSet
 // hands out: a level that takes another level's function still reports its
 // own name. So each kernel counts its own calls, naming the level of the
-// translation unit that defines it (MOE_KERNELS_LEVEL, set per source file
+// translation unit that defines it (MOE_XARCH_LEVEL, set per source file
 // next to its ISA flags in CMakeLists.txt and csrc/arch/<arch>/sources.cmake).
 // A level's code that hands a call to another level's function leaves the
 // count to that function, so each call counts the level that did its work.
@@ -20,7 +20,7 @@
 
 #include <cstdint>
 
-namespace moe_kernels::counting {
+namespace moe_xarch::counting {
 
 enum class Kind : int {
   kGemmF32,
@@ -79,19 +79,19 @@ void count(Kind kind, int level) noexcept;
 // calls of a stretch of work takes the difference of two reads.
 void totals(uint64_t (&calls)[kKinds * kLevels]);
 
-}  // namespace moe_kernels::counting
+}  // namespace moe_xarch::counting
 
 // MOE_KERNEL_USE(kKind): one call of this kernel, by this file's level.
-#if defined(MOE_KERNELS_LEVEL)
-namespace moe_kernels::counting {
+#if defined(MOE_XARCH_LEVEL)
+namespace moe_xarch::counting {
 namespace {
-constexpr int kThisLevel = level_index(MOE_KERNELS_LEVEL);
-static_assert(kThisLevel >= 0, "MOE_KERNELS_LEVEL names no level of counting::kLevelNames");
+constexpr int kThisLevel = level_index(MOE_XARCH_LEVEL);
+static_assert(kThisLevel >= 0, "MOE_XARCH_LEVEL names no level of counting::kLevelNames");
 }  // namespace
-}  // namespace moe_kernels::counting
+}  // namespace moe_xarch::counting
 #define MOE_KERNEL_USE(kind) \
-  ::moe_kernels::counting::count(::moe_kernels::counting::Kind::kind, ::moe_kernels::counting::kThisLevel)
+  ::moe_xarch::counting::count(::moe_xarch::counting::Kind::kind, ::moe_xarch::counting::kThisLevel)
 #else
 #define MOE_KERNEL_USE(kind) \
-  static_assert(false, "this file counts kernel calls, but its build sets no MOE_KERNELS_LEVEL (sources.cmake)")
+  static_assert(false, "this file counts kernel calls, but its build sets no MOE_XARCH_LEVEL (sources.cmake)")
 #endif

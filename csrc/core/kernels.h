@@ -18,7 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace moe_kernels {
+namespace moe_xarch {
 
 // Packed weight rows and the driver's activation buffers are padded to this
 // many elements and aligned to this many bytes.
@@ -150,4 +150,4 @@ inline void fp8_line_row(const uint8_t* block, int64_t r, int64_t cols, uint8_t*
 // The portable path: plain C++, built on every architecture.
 const KernelSet& kernels_generic();
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

@@ -2,7 +2,7 @@
 
 #include <c10/util/Exception.h>
 
-namespace moe_kernels {
+namespace moe_xarch {
 
 const char* method_name(int64_t moe_comp_method) {
   switch (moe_comp_method) {
@@ -34,4 +34,4 @@ at::ScalarType weight_dtype(Method method, at::ScalarType activation_dtype) {
   }
 }
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

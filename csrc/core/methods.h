@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-namespace moe_kernels {
+namespace moe_xarch {
 
 enum class Method : int64_t { kUnquant = 0, kInt8W8A8 = 1, kFp8W8A16 = 2, kInt4W4A8 = 3, kMxfp4 = 4 };
 
@@ -18,4 +18,4 @@ Method check_method(int64_t moe_comp_method);
 // The weight dtype a method takes; UNQUANT takes the activations' dtype.
 at::ScalarType weight_dtype(Method method, at::ScalarType activation_dtype);
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

@@ -13,9 +13,9 @@
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 #include "core/methods.h"
-#include "moe_kernels.h"
+#include "moe_xarch.h"
 
-namespace moe_kernels {
+namespace moe_xarch {
 namespace {
 
 // Where a packed tensor may start: any multiple of the widest word read from
@@ -206,7 +206,7 @@ PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch a
               " was packed in the ", dtype == at::kFloat8_e4m3fn ? "line" : "tile",
               " layout of the avx512_bf16 and amx levels, which this kernel level does not "
               "read; repack it with convert_weight_packed under the level that uses it "
-              "(MOE_KERNELS_ISA)");
+              "(MOE_XARCH_ISA)");
   // Every field as convert_weight_packed would write it, and the size it implies
   // (computed without wrapping) that of the tensor.
   const std::optional<PackedHeader> expected =
@@ -243,4 +243,4 @@ PackedView packed_expert(const at::Tensor& packed, int64_t expert) {
                     header.ld};
 }
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

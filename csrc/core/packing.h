@@ -19,7 +19,7 @@
 
 #include <cstdint>
 
-namespace moe_kernels {
+namespace moe_xarch {
 
 enum class PackArch : uint32_t { kGeneric = 0, kX86_64 = 1, kAarch64 = 2 };
 
@@ -64,4 +64,4 @@ void check_packed_expert(const at::Tensor& packed, const char* name, int64_t exp
 
 PackedView packed_expert(const at::Tensor& packed, int64_t expert);
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

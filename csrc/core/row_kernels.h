@@ -21,7 +21,7 @@
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 
-namespace moe_kernels::row_kernels {
+namespace moe_xarch::row_kernels {
 namespace {
 
 // Adding and taking away 1.5 * 2^23 rounds a float of magnitude below 2^22 to
@@ -115,4 +115,4 @@ constexpr KernelSet compiled_here(KernelSet set) {
 }
 
 }  // namespace
-}  // namespace moe_kernels::row_kernels
+}  // namespace moe_xarch::row_kernels

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <memory>
 
-namespace moe_kernels {
+namespace moe_xarch {
 
 class SharedItems {
  public:
@@ -69,4 +69,4 @@ void for_each_shared_item(int64_t items, MakeScratch make_scratch, Work work) {
   });
 }
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

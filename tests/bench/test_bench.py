@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("moe_kernels")
+pytest.importorskip("moe_xarch")
 
 from benchmarks import moe_bench, sglang  # noqa: E402
 
@@ -45,7 +45,7 @@ def test_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     results = document["results"]
     assert len(results) == 2 * 3 * 2 * 2  # shapes x methods x M x threads
     for r in results:
-        assert set(r["median_ms"]) == {"moe_kernels", "torch", "memory_roofline"}
+        assert set(r["median_ms"]) == {"moe_xarch", "torch", "memory_roofline"}
         assert all(v > 0 for v in r["median_ms"].values())
         assert r["speedup_vs_sglang"] is None
         assert r["iterations"] == 2
@@ -56,14 +56,14 @@ def test_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert len(meta["loadavg_start"]) == 3 and len(meta["loadavg_end"]) == 3
     assert meta["sglang"] == {"available": False, "message": "left out (--no-sglang)"}
     assert set(document["compute_roofline_gflops"]) == {"1", "2"}
-    assert all(c["moe_kernels"]["ok"] for c in document["verification"].values())
+    assert all(c["moe_xarch"]["ok"] for c in document["verification"].values())
     assert {t["target"] for t in document["targets"]} >= {"int8 decode vs bf16 decode (M=1)",
                                                             "2 threads vs 1 thread at M >= 16"}
     assert {(d["shape"], d["threads"]) for d in document["derived"]["int8_vs_bf16_decode"]} == {
         (s, n) for s in TINY for n in (1, 2)}
 
     table = [line for line in out.splitlines() if line.startswith("| ")]
-    assert table[0].startswith("| shape | method | M | thr | moe_kernels ms | sglang ms | torch ms")
+    assert table[0].startswith("| shape | method | M | thr | moe_xarch ms | sglang ms | torch ms")
     assert len(table) == 1 + len(results)
     assert all(line.count("|") == 13 for line in table)
     assert "issue 5 targets" in out

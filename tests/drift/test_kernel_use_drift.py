@@ -83,12 +83,12 @@ def build(tree: Path, build_dir: Path) -> None:
 
 def run_suite(tree: Path, build_dir: Path, site: Path, level: str, *selection: str) -> subprocess.CompletedProcess[str]:
     """pytest on `selection` of the tree's tests, with the package staged from its build."""
-    package = site / "moe_kernels"
+    package = site / "moe_xarch"
     shutil.rmtree(package, ignore_errors=True)
-    shutil.copytree(tree / "package" / "moe_kernels", package)
-    shutil.copy2(build_dir / "moe_kernels" / "_ops.so", package / "_ops.so")
-    env = {name: value for name, value in os.environ.items() if not name.startswith("MOE_KERNELS_")}
-    env.update(MOE_KERNELS_ISA=level, PYTHONPATH=str(site))
+    shutil.copytree(tree / "package" / "moe_xarch", package)
+    shutil.copy2(build_dir / "moe_xarch" / "_ops.so", package / "_ops.so")
+    env = {name: value for name, value in os.environ.items() if not name.startswith("MOE_XARCH_")}
+    env.update(MOE_XARCH_ISA=level, PYTHONPATH=str(site))
     return subprocess.run([sys.executable, "-m", "pytest", *selection, "-q", "-rf", "-p", "no:cacheprovider"],
                           cwd=tree, env=env, capture_output=True, text=True)
 

@@ -55,10 +55,10 @@ def drop_new_parameters(tree: Path) -> None:
 def register_legacy_kernel_on_aarch64(tree: Path) -> None:
     """aarch64 alone registers a kernel that kept the 13-argument signature."""
     path = tree / REGISTER
-    shared = "MOE_KERNELS_IMPL(m, fused_experts_cpu, moe_kernels::fused_experts_cpu);"
+    shared = "MOE_XARCH_IMPL(m, fused_experts_cpu, moe_xarch::fused_experts_cpu);"
     legacy = (
         "#if defined(__aarch64__)\n"
-        "  MOE_KERNELS_IMPL(m, fused_experts_cpu, legacy_fused_experts_cpu);\n"
+        "  MOE_XARCH_IMPL(m, fused_experts_cpu, legacy_fused_experts_cpu);\n"
         "#else\n"
         f"  {shared}\n"
         "#endif"
@@ -71,7 +71,7 @@ def register_legacy_kernel_on_aarch64(tree: Path) -> None:
     )
     text = path.read_text()
     assert shared in text
-    anchor = "TORCH_LIBRARY(moe_kernels, m) {"
+    anchor = "TORCH_LIBRARY(moe_xarch, m) {"
     path.write_text(text.replace(shared, legacy).replace(anchor, declaration + anchor))
 
 

@@ -32,7 +32,7 @@ def table(**overrides: dict) -> dict:
         },
     }
     rows.update(overrides)
-    return {"tool": {"moe-kernels": {"targets": rows}}}
+    return {"tool": {"moe-xarch": {"targets": rows}}}
 
 
 @pytest.fixture

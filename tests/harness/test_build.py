@@ -55,13 +55,13 @@ def test_stage_copies_only_the_listed_files(repo, tmp_path):
 
 
 def test_cibuildwheel_env_per_target(arm):
-    env = build.cibuildwheel_env(arm, "moe-kernels-build:aarch64-abc", ["--label=o=1"], "1.2.dev3+g4")
+    env = build.cibuildwheel_env(arm, "moe-xarch-build:aarch64-abc", ["--label=o=1"], "1.2.dev3+g4")
     assert env == {
         "CIBW_PLATFORM": "linux",
-        "CIBW_ENVIRONMENT": "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_MOE_KERNELS=1.2.dev3+g4",
+        "CIBW_ENVIRONMENT": "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_MOE_XARCH=1.2.dev3+g4",
         "CIBW_ARCHS": "aarch64",
         "CIBW_BUILD": "cp311-manylinux_aarch64",
-        "CIBW_MANYLINUX_AARCH64_IMAGE": "moe-kernels-build:aarch64-abc",
+        "CIBW_MANYLINUX_AARCH64_IMAGE": "moe-xarch-build:aarch64-abc",
         "CIBW_CONTAINER_ENGINE": "docker; create_args: --label=o=1",
     }
 
@@ -69,10 +69,10 @@ def test_cibuildwheel_env_per_target(arm):
 @pytest.mark.parametrize(
     ("name", "arch", "matches"),
     [
-        ("moe_kernels-0.1.0-py3-none-manylinux_2_28_aarch64.whl", "aarch64", True),
-        ("moe_kernels-0.1.0-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", "x86_64", True),
-        ("moe_kernels-0.1.0-py3-none-manylinux_2_28_aarch64.whl", "x86_64", False),
-        ("moe_kernels-0.1.0-py3-none-linux_aarch64.whl", "aarch64", False),  # not repaired
+        ("moe_xarch-0.1.0-py3-none-manylinux_2_28_aarch64.whl", "aarch64", True),
+        ("moe_xarch-0.1.0-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", "x86_64", True),
+        ("moe_xarch-0.1.0-py3-none-manylinux_2_28_aarch64.whl", "x86_64", False),
+        ("moe_xarch-0.1.0-py3-none-linux_aarch64.whl", "aarch64", False),  # not repaired
         ("other-0.1.0-py3-none-manylinux_2_28_aarch64.whl", "aarch64", False),
     ],
 )
@@ -90,11 +90,11 @@ def test_find_wheel_wants_exactly_one(tmp_path):
 def test_publish_replaces_older_wheels_of_the_arch_only(tmp_path):
     wheelhouse = tmp_path / "wheelhouse"
     wheelhouse.mkdir()
-    old = wheelhouse / "moe_kernels-0.0.9-py3-none-manylinux_2_28_aarch64.whl"
-    other_arch = wheelhouse / "moe_kernels-0.0.9-py3-none-manylinux_2_28_x86_64.whl"
+    old = wheelhouse / "moe_xarch-0.0.9-py3-none-manylinux_2_28_aarch64.whl"
+    other_arch = wheelhouse / "moe_xarch-0.0.9-py3-none-manylinux_2_28_x86_64.whl"
     for path in (old, other_arch):
         path.write_bytes(b"old")
-    kept = tmp_path / "kept" / "moe_kernels-0.1.0-py3-none-manylinux_2_28_aarch64.whl"
+    kept = tmp_path / "kept" / "moe_xarch-0.1.0-py3-none-manylinux_2_28_aarch64.whl"
     kept.parent.mkdir()
     kept.write_bytes(b"new")
     final = build.publish(kept, wheelhouse, "aarch64")
@@ -139,13 +139,13 @@ def test_host_tools_pin_the_cross_backend_as_the_build_image_does(tmp_path):
     ]
 
 
-WHEEL = "moe_kernels-0.1.0-py3-none-manylinux_2_28_aarch64.whl"
+WHEEL = "moe_xarch-0.1.0-py3-none-manylinux_2_28_aarch64.whl"
 
 
 def made_by(wheel: Path) -> str:
     """Which fake build made a wheel: "<builder> <number of the run>"."""
     with zipfile.ZipFile(wheel) as archive:
-        return archive.read("moe_kernels/made_by.txt").decode()
+        return archive.read("moe_xarch/made_by.txt").decode()
 
 
 def fake_builder(runs, fail_first=True):
@@ -154,7 +154,7 @@ def fake_builder(runs, fail_first=True):
     def run(job):
         runs.append(job.builder)
         make_wheel(job.output, tag="py3-none-manylinux_2_28_aarch64",
-                   files={"moe_kernels/made_by.txt": f"{job.builder} {len(runs)}".encode()})
+                   files={"moe_xarch/made_by.txt": f"{job.builder} {len(runs)}".encode()})
         if fail_first and len(runs) == 1:
             raise console.CommandFailed("build", ["cibuildwheel"], 1)
 
@@ -173,7 +173,7 @@ def build_kwargs(repo, tmp_path, monkeypatch):
 
 
 def test_a_failed_build_leaves_no_wheel_and_a_good_one_is_reused(arm, build_kwargs, monkeypatch):
-    images = {"build": type("Spec", (), {"tag": "moe-kernels-build:aarch64-x"})()}
+    images = {"build": type("Spec", (), {"tag": "moe-xarch-build:aarch64-x"})()}
     runs = []
     monkeypatch.setattr(build, "run_builder", fake_builder(runs))
     audited = build_kwargs.pop("audited")
@@ -193,7 +193,7 @@ def test_a_failed_build_leaves_no_wheel_and_a_good_one_is_reused(arm, build_kwar
 
 
 def test_each_builder_keeps_its_own_wheel(arm, build_kwargs, monkeypatch):
-    images = {"build": type("Spec", (), {"tag": "moe-kernels-build:aarch64-x"})()}
+    images = {"build": type("Spec", (), {"tag": "moe-xarch-build:aarch64-x"})()}
     runs = []
     monkeypatch.setattr(build, "run_builder", fake_builder(runs, fail_first=False))
     build_kwargs.pop("audited")
@@ -217,7 +217,7 @@ EXCLUDED = {"libtorch.so", "libtorch_cpu.so", "libc10.so"}
 
 
 def test_auditwheel_show_agrees_when_only_libtorch_is_outside():
-    assert build.audit_problems(SHOW, "moe_kernels-0.1.0-py3-none-manylinux_2_34_x86_64.whl", EXCLUDED) == []
+    assert build.audit_problems(SHOW, "moe_xarch-0.1.0-py3-none-manylinux_2_34_x86_64.whl", EXCLUDED) == []
     assert build.platform_tag("m-0.1-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl") == (
         "manylinux_2_17_x86_64.manylinux2014_x86_64"
     )
@@ -226,7 +226,7 @@ def test_auditwheel_show_agrees_when_only_libtorch_is_outside():
 def test_auditwheel_show_disagreements_are_named():
     problems = build.audit_problems(
         {**SHOW, "external_libs": {"libgomp.so.1": None, "libc10.so": None}},
-        "moe_kernels-0.1.0-py3-none-manylinux_2_28_x86_64.whl", EXCLUDED,
+        "moe_xarch-0.1.0-py3-none-manylinux_2_28_x86_64.whl", EXCLUDED,
     )
     assert problems == [
         "tagged manylinux_2_28_x86_64, but its symbols need manylinux_2_34_x86_64",
@@ -241,7 +241,7 @@ def test_repair_excludes_come_from_the_cibuildwheel_table(repo_root):
 
 def test_only_files_that_reach_the_wheel_are_build_inputs():
     files = ["CMakeLists.txt", "csrc/ops.cpp", "harness/build.py", "tests/kernels/t.py",
-             "noxfile.py", "docs/new.md", "package/moe_kernels/__init__.py"]
+             "noxfile.py", "docs/new.md", "package/moe_xarch/__init__.py"]
     assert build.build_inputs(files) == [
-        "CMakeLists.txt", "csrc/ops.cpp", "docs/new.md", "package/moe_kernels/__init__.py"
+        "CMakeLists.txt", "csrc/ops.cpp", "docs/new.md", "package/moe_xarch/__init__.py"
     ]

@@ -19,15 +19,15 @@ def test_owner_is_alive_only_for_a_running_pid_of_this_boot():
 
 def test_container_names_are_docker_legal_and_per_process():
     name = containers.container_name("test", "aarch64-max/i8mm")
-    assert name == f"moe-kernels-test-aarch64-max-i8mm-{os.getpid()}"
+    assert name == f"moe-xarch-test-aarch64-max-i8mm-{os.getpid()}"
 
 
 def test_remove_stale_removes_only_containers_of_dead_runs(monkeypatch):
     boot = containers.boot_id()
     listing = (
-        f"moe-kernels-test-a-1\t{boot}:999999999\n"
+        f"moe-xarch-test-a-1\t{boot}:999999999\n"
         f"cibuildwheel-x\t{containers.owner()}\n"
-        f"moe-kernels-test-b-2\told-boot:{os.getpid()}\n"
+        f"moe-xarch-test-b-2\told-boot:{os.getpid()}\n"
     )
     calls = []
 
@@ -36,9 +36,9 @@ def test_remove_stale_removes_only_containers_of_dead_runs(monkeypatch):
         return subprocess.CompletedProcess(command, 0, stdout=listing)
 
     monkeypatch.setattr(subprocess, "run", fake_run)
-    assert containers.remove_stale() == ["moe-kernels-test-a-1", "moe-kernels-test-b-2"]
+    assert containers.remove_stale() == ["moe-xarch-test-a-1", "moe-xarch-test-b-2"]
     assert f"--filter=label={containers.OWNER_LABEL}" in calls[0]
-    assert calls[1] == ["docker", "rm", "--force", "moe-kernels-test-a-1", "moe-kernels-test-b-2"]
+    assert calls[1] == ["docker", "rm", "--force", "moe-xarch-test-a-1", "moe-xarch-test-b-2"]
 
 
 def test_sigterm_becomes_system_exit_so_cleanup_runs(monkeypatch):

@@ -18,9 +18,9 @@ def test_counts_land_under_the_prefix_at_the_objects_path_inside_the_build_dir(t
 
 def test_the_build_setting_is_the_cmake_option_that_adds_coverage(repo_root, tmp_path):
     settings = coverage.config_settings(tmp_path)
-    assert settings == ["-C", "cmake.define.MOE_KERNELS_COVERAGE=ON", "-C", f"build-dir={tmp_path}"]
+    assert settings == ["-C", "cmake.define.MOE_XARCH_COVERAGE=ON", "-C", f"build-dir={tmp_path}"]
     cmake = (repo_root / "CMakeLists.txt").read_text()
-    assert "option(MOE_KERNELS_COVERAGE" in cmake
+    assert "option(MOE_XARCH_COVERAGE" in cmake
     assert "target_compile_options(_ops PRIVATE --coverage)" in cmake
     assert "target_link_options(_ops PRIVATE --coverage)" in cmake
 
@@ -125,7 +125,7 @@ def test_each_run_reads_the_builds_notes_with_the_arch_gcov(tmp_path):
 
 def test_a_reason_holds_only_on_the_arch_it_names():
     text = ["x", "    if (level.supported) best = &level;"]
-    assert "MOE_KERNELS_ISA" in coverage.reasons("x86_64", "csrc/core/dispatch.cpp", text)[2]
+    assert "MOE_XARCH_ISA" in coverage.reasons("x86_64", "csrc/core/dispatch.cpp", text)[2]
     assert coverage.reasons("aarch64", "csrc/core/dispatch.cpp", text) == {}
     assert coverage.reasons("x86_64", "csrc/core/packing.cpp", text) == {}
 

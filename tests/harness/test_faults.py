@@ -75,7 +75,7 @@ def remount(point: Path, options: str) -> None:
 def big_wheel(tmp_path: Path) -> Path:
     """The builder's kept wheel, larger than a 1 MiB file system."""
     return make_wheel(tmp_path / "kept", tag="py3-none-manylinux_2_28_x86_64",
-                      files={"moe_kernels/blob.bin": os.urandom(2 << 20)})
+                      files={"moe_xarch/blob.bin": os.urandom(2 << 20)})
 
 
 def test_a_full_wheelhouse_is_one_message_leaves_nothing_and_a_rerun_recovers(mount, big_wheel):
@@ -140,7 +140,7 @@ def not_a_zip(path: Path) -> Path:
     return path
 
 
-def foreign(path: Path, *, name: str = "moe_kernels", version: str | None = None, tag: str | None = None,
+def foreign(path: Path, *, name: str = "moe_xarch", version: str | None = None, tag: str | None = None,
             so_arch: str | None = None) -> Path:
     """Put at path a well-formed wheel that differs from what path's name says in the
     fields given (another project, version, tag, or shared objects of another arch)."""
@@ -158,7 +158,7 @@ DAMAGES: dict[str, tuple[Callable[[Path], Path], str]] = {
     "not a zip": (not_a_zip, "is not a whole wheel, truncated or damaged"),
     "bit flipped": (flip_a_byte, "is corrupt ("),
     "another project's": (lambda p: foreign(p, name="other_project"), "holds other_project "),
-    "another version's": (lambda p: foreign(p, version="0.0.1"), "holds moe_kernels 0.0.1, not what its name says"),
+    "another version's": (lambda p: foreign(p, version="0.0.1"), "holds moe_xarch 0.0.1, not what its name says"),
     "tagged for another arch inside": (lambda p: foreign(p, tag="py3-none-manylinux_2_28_aarch64"),
                                        "is tagged py3-none-manylinux_2_28_aarch64 inside"),
     "another arch's code": (lambda p: foreign(p, so_arch="aarch64"),
@@ -173,15 +173,15 @@ def damage(request) -> tuple[Callable[[Path], Path], str]:
 
 def test_read_wheel_accepts_a_good_wheel_and_returns_its_metadata(tmp_path):
     wheel = make_wheel(tmp_path, requires=["torch==2.13.*"], tag="py3-none-manylinux_2_28_x86_64")
-    metadata = read_wheel(wheel, "unused", project="moe_kernels", arch="x86_64")
+    metadata = read_wheel(wheel, "unused", project="moe_xarch", arch="x86_64")
     assert metadata.get_all("Requires-Dist") == ["torch==2.13.*"]
 
 
 def test_a_foreign_file_name_is_named(tmp_path):
     wheel = make_wheel(tmp_path, "other_project", tag="py3-none-manylinux_2_28_aarch64")
     with pytest.raises(HarnessError) as error:
-        read_wheel(wheel, "do this", project="moe_kernels")
-    one_message(error, str(wheel), "a wheel of other-project, not of moe_kernels: do this")
+        read_wheel(wheel, "do this", project="moe_xarch")
+    one_message(error, str(wheel), "a wheel of other-project, not of moe_xarch: do this")
     with pytest.raises(HarnessError) as error:
         read_wheel(wheel, "do this", arch="x86_64")
     one_message(error, "is not tagged for x86_64: do this")
@@ -238,7 +238,7 @@ def test_a_damaged_wheel_in_the_builders_cache_is_built_again(tmp_path, build_wh
     assert runs == ["cibuildwheel"] * 2
     noted = capsys.readouterr().err
     assert f"{kept} {what}" in noted and noted.rstrip().endswith("building it again")
-    read_wheel(wheel, "unused", project="moe_kernels", arch="x86_64")
+    read_wheel(wheel, "unused", project="moe_xarch", arch="x86_64")
     assert wheel.read_bytes() == kept.read_bytes()
 
 
@@ -316,7 +316,7 @@ def dry_run(wheelhouse: Path, reports: Path) -> subprocess.CompletedProcess[str]
 def test_a_damaged_wheel_before_publish_is_refused_by_name(release, damage):
     hurt, what = damage
     wheelhouse, reports = release
-    wheel = wheelhouse / "moe_kernels-1.0.0-py3-none-manylinux_2_34_x86_64.whl"
+    wheel = wheelhouse / "moe_xarch-1.0.0-py3-none-manylinux_2_34_x86_64.whl"
     good = wheel.read_bytes()
     hurt(wheel)
     result = dry_run(wheelhouse, reports)
@@ -420,7 +420,7 @@ def docker() -> None:
 @pytest.fixture
 def probe_image(docker, tmp_path) -> Iterator[str]:
     """An image of this test's own (an empty file system), removed afterwards."""
-    tag = f"moe-kernels-faults-probe:{os.getpid()}-{tmp_path.name.lower()}"
+    tag = f"moe-xarch-faults-probe:{os.getpid()}-{tmp_path.name.lower()}"
     import_empty_image(tag, tmp_path)
     yield tag
     subprocess.run(["docker", "image", "rm", "--force", tag], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -50,11 +50,11 @@ def test_build_time_ratio_is_printed_when_an_arch_was_built_both_ways():
 def test_native_suite_runs_once_per_level_forcing_and_expecting_it():
     runs = native.suite_runs(["generic", "avx2"], ["-x"])
     assert runs == [
-        ({"MOE_KERNELS_ISA": "generic", "MOE_KERNELS_EXPECT_ISA": "generic",
-          "MOE_KERNELS_TEST_STRENGTH": "full"},
+        ({"MOE_XARCH_ISA": "generic", "MOE_XARCH_EXPECT_ISA": "generic",
+          "MOE_XARCH_TEST_STRENGTH": "full"},
          ["python", "-m", "pytest", "tests/kernels", "-p", "no:cacheprovider", "-x"]),
-        ({"MOE_KERNELS_ISA": "avx2", "MOE_KERNELS_EXPECT_ISA": "avx2",
-          "MOE_KERNELS_TEST_STRENGTH": "full"},
+        ({"MOE_XARCH_ISA": "avx2", "MOE_XARCH_EXPECT_ISA": "avx2",
+          "MOE_XARCH_TEST_STRENGTH": "full"},
          ["python", "-m", "pytest", "tests/kernels", "-p", "no:cacheprovider", "-x"]),
     ]
 
@@ -70,7 +70,7 @@ def test_run_kernel_suite_asks_the_library_for_its_levels():
 
     session = FakeSession()
     native.run_kernel_suite(session, ["-q"])
-    assert [call[1].get("env", {}).get("MOE_KERNELS_ISA") for call in session.calls[1:]] == ["generic", "avx2"]
+    assert [call[1].get("env", {}).get("MOE_XARCH_ISA") for call in session.calls[1:]] == ["generic", "avx2"]
 
 
 def test_run_streamed_prefixes_lines_and_returns_the_exit_code(capsys):

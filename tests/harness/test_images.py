@@ -29,7 +29,7 @@ def tags(target, docker_dir, ca):
 def test_tags_are_stable_and_chained(arm, docker_dir, ca):
     first = tags(arm, docker_dir, ca)
     assert first == tags(arm, docker_dir, ca)
-    assert first["base"].startswith("moe-kernels-base:aarch64-bookworm-")
+    assert first["base"].startswith("moe-xarch-base:aarch64-bookworm-")
     specs = image_specs(arm, docker_dir, ca)
     assert specs["test"].parent == first["base"] and specs["build"].parent == first["test"]
 
@@ -103,14 +103,14 @@ Components: main
 
 
 def test_mirror_from_deb822_sources(tmp_path, monkeypatch):
-    monkeypatch.delenv("MOE_KERNELS_DEBIAN_MIRROR", raising=False)
+    monkeypatch.delenv("MOE_XARCH_DEBIAN_MIRROR", raising=False)
     sources = tmp_path / "debian.sources"
     sources.write_text(DEB822)
     assert debian_mirror("bookworm", [sources]) == "http://mirror.invalid/debian"
 
 
 def test_mirror_from_one_line_sources(tmp_path, monkeypatch):
-    monkeypatch.delenv("MOE_KERNELS_DEBIAN_MIRROR", raising=False)
+    monkeypatch.delenv("MOE_XARCH_DEBIAN_MIRROR", raising=False)
     sources = tmp_path / "sources.list"
     sources.write_text(
         "deb https://other.invalid/apt cloud-sdk-bookworm main\n"
@@ -121,10 +121,10 @@ def test_mirror_from_one_line_sources(tmp_path, monkeypatch):
 
 
 def test_no_mirror_says_what_to_set(tmp_path, monkeypatch):
-    monkeypatch.delenv("MOE_KERNELS_DEBIAN_MIRROR", raising=False)
-    with pytest.raises(host.HostSetupError, match="MOE_KERNELS_DEBIAN_MIRROR"):
+    monkeypatch.delenv("MOE_XARCH_DEBIAN_MIRROR", raising=False)
+    with pytest.raises(host.HostSetupError, match="MOE_XARCH_DEBIAN_MIRROR"):
         debian_mirror("trixie", [tmp_path / "missing.list"])
-    monkeypatch.setenv("MOE_KERNELS_DEBIAN_MIRROR", "http://set.invalid/debian")
+    monkeypatch.setenv("MOE_XARCH_DEBIAN_MIRROR", "http://set.invalid/debian")
     assert debian_mirror("trixie", []) == "http://set.invalid/debian"
 
 

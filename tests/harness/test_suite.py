@@ -8,30 +8,30 @@ from harness import console, suite
 def test_an_emulated_target_runs_once_per_cpu_model(arm):
     runs = suite.planned_runs(arm)
     assert [(r.cpu, r.isa) for r in runs] == [("cortex-a72", "neon"), ("neoverse-n1", "dotprod"), ("max", "i8mm")]
-    assert dict(runs[2].env) == {"QEMU_CPU": "max", "MOE_KERNELS_EXPECT_ISA": "i8mm"}
+    assert dict(runs[2].env) == {"QEMU_CPU": "max", "MOE_XARCH_EXPECT_ISA": "i8mm"}
     assert runs[0].name == "aarch64-cortex-a72-neon"
 
 
 def test_a_native_target_runs_the_table_levels_the_cpu_supports(x86):
     runs = suite.planned_runs(x86, ["generic", "avx2", "avx512", "avx512_bf16", "amx"])
     assert [r.isa for r in runs] == ["generic", "avx2", "avx512", "avx512_bf16"]
-    assert dict(runs[1].env) == {"MOE_KERNELS_ISA": "avx2", "MOE_KERNELS_EXPECT_ISA": "avx2"}
+    assert dict(runs[1].env) == {"MOE_XARCH_ISA": "avx2", "MOE_XARCH_EXPECT_ISA": "avx2"}
     assert [r.isa for r in suite.planned_runs(x86, ["generic", "avx2"])] == ["generic", "avx2"]
 
 
 def test_docker_run_mounts_read_only_and_has_no_network(arm):
     run = suite.planned_runs(arm)[0]
     command = suite.docker_run_command(
-        run, image="moe-kernels-test:aarch64-x", wheel=Path("/repo/wheelhouse/w.whl"),
+        run, image="moe-xarch-test:aarch64-x", wheel=Path("/repo/wheelhouse/w.whl"),
         repo=Path("/repo"), report_dir=Path("/repo/reports/r"), name="n", pytest_args=["-n", "2"],
     )
     assert command[:4] == ["docker", "run", "--rm", "--name=n"]
     assert "--platform=linux/arm64" in command and "--network=none" in command
-    assert "--env=QEMU_CPU=cortex-a72" in command and "--env=MOE_KERNELS_EXPECT_ISA=neon" in command
+    assert "--env=QEMU_CPU=cortex-a72" in command and "--env=MOE_XARCH_EXPECT_ISA=neon" in command
     assert "--volume=/repo/tests:/src/tests:ro" in command
     assert "--volume=/repo/wheelhouse/w.whl:/wheelhouse/w.whl:ro" in command
     assert "--volume=/repo/reports/r:/report" in command
-    image_at = command.index("moe-kernels-test:aarch64-x")
+    image_at = command.index("moe-xarch-test:aarch64-x")
     assert command[image_at + 1:] == [
         "bash", "/harness/run-kernel-suite.sh", "/wheelhouse/w.whl", "/report", "-n", "2"
     ]

@@ -25,7 +25,7 @@ def test_rows_become_frozen_targets(x86, arm):
 
 
 def _row(table, arch: str, **changes) -> dict:
-    row = dict(table()["tool"]["moe-kernels"]["targets"][arch])
+    row = dict(table()["tool"]["moe-xarch"]["targets"][arch])
     row.update(changes)
     return {k: v for k, v in row.items() if v is not None}
 
@@ -54,7 +54,7 @@ def test_bad_rows_are_rejected_with_a_hint(make_table, arch, changes, message):
     with pytest.raises(TableError) as error:
         parse_targets(make_table(**{arch: _row(make_table, arch, **changes)}))
     assert message in str(error.value)
-    assert f"[tool.moe-kernels.targets.{arch}]" in str(error.value)
+    assert f"[tool.moe-xarch.targets.{arch}]" in str(error.value)
 
 
 def test_unknown_architecture_is_rejected(make_table):
@@ -64,7 +64,7 @@ def test_unknown_architecture_is_rejected(make_table):
 
 def test_unknown_top_level_key_is_rejected(make_table):
     data = make_table()
-    data["tool"]["moe-kernels"]["target"] = {}
+    data["tool"]["moe-xarch"]["target"] = {}
     with pytest.raises(TableError, match="did you mean 'targets'"):
         parse_targets(data)
 

@@ -102,7 +102,7 @@ def test_x86_levels_never_differ_even_with_an_allowance_for_the_arch():
 
 def table(targets_table, *rows):
     data = targets_table()
-    data["tool"]["moe-kernels"]["allowed-differences"] = list(rows)
+    data["tool"]["moe-xarch"]["allowed-differences"] = list(rows)
     return data
 
 

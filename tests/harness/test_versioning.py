@@ -16,7 +16,7 @@ def git(repo, *args):
 
 @pytest.fixture
 def repo(tmp_path):
-    (tmp_path / "pyproject.toml").write_text('[project]\nname = "moe-kernels"\ndynamic = ["version"]\n'
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "moe-xarch"\ndynamic = ["version"]\n'
                                              "[tool.setuptools_scm]\n")
     git(tmp_path, "init", "-q")
     git(tmp_path, "add", "pyproject.toml")

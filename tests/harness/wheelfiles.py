@@ -11,7 +11,7 @@ from harness.wheels import ELF_MACHINES
 
 def make_wheel(
     directory: Path,
-    name: str = "moe_kernels",
+    name: str = "moe_xarch",
     version: str = "0.1.0",
     tag: str = "py3-none-any",
     requires: Iterable[str] = (),
@@ -35,7 +35,7 @@ def make_wheel(
 def project_wheel(directory: Path, arch: str, version: str = "0.1.0", so_arch: str | None = None) -> Path:
     """The project's wheel for arch, holding a shared object of so_arch (default: arch)."""
     return make_wheel(directory, version=version, tag=f"py3-none-manylinux_2_28_{arch}",
-                      files={"moe_kernels/_C.so": elf_header(so_arch or arch)})
+                      files={"moe_xarch/_C.so": elf_header(so_arch or arch)})
 
 
 def elf_header(arch: str) -> bytes:

@@ -1,7 +1,7 @@
 """Shared setup of the kernel suite.
 
 The suite runs unchanged on every architecture and ISA level: natively once per
-MOE_KERNELS_ISA level, and on aarch64 under QEMU, so shapes stay tiny.
+MOE_XARCH_ISA level, and on aarch64 under QEMU, so shapes stay tiny.
 """
 
 import json
@@ -24,12 +24,12 @@ def _runs_no_tests(config: pytest.Config) -> bool:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Which kernels this process ran, for the run's summary: every level's code the
-    suite reached, over the whole session (moe_kernels.kernel_use never resets)."""
-    report_dir = os.environ.get("MOE_KERNELS_REPORT_DIR")
+    suite reached, over the whole session (moe_xarch.kernel_use never resets)."""
+    report_dir = os.environ.get("MOE_XARCH_REPORT_DIR")
     if not report_dir or _runs_no_tests(session.config):
         return
-    import moe_kernels
+    import moe_xarch
 
-    report = {"isa": moe_kernels.isa(), "counts": moe_kernels.kernel_use()}
+    report = {"isa": moe_xarch.isa(), "counts": moe_xarch.kernel_use()}
     path = Path(report_dir) / f"kernel-use-{os.getpid()}.json"
     path.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")

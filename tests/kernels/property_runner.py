@@ -27,8 +27,8 @@ from typing import Any, BinaryIO
 
 import torch
 
-import moe_kernels
-from moe_kernels.testing import schema_args
+import moe_xarch
+from moe_xarch.testing import schema_args
 
 # The packed header's fields (csrc/core/packing.h, PackedHeader), in order.
 HEADER_FIELDS = ("magic", "version", "arch", "dtype", "layout", "rows", "cols", "ld", "sums_offset")
@@ -38,8 +38,8 @@ PACK_ALIGN = 64  # kPackAlign
 INT64_WRAP = 2**64
 
 OPS = {
-    "op": torch.ops.moe_kernels.fused_experts_cpu.default,
-    "convert": torch.ops.moe_kernels.convert_weight_packed.default,
+    "op": torch.ops.moe_xarch.fused_experts_cpu.default,
+    "convert": torch.ops.moe_xarch.convert_weight_packed.default,
 }
 
 
@@ -105,7 +105,7 @@ def _forge(packed: torch.Tensor, elem: int, fields: dict[str, Any]) -> torch.Ten
 def prepare(kwargs: dict[str, Any], steps: list[list[Any]]) -> None:
     for step, name, params in steps:
         if step == "pack":
-            kwargs[name] = moe_kernels.convert_weight_packed(kwargs[name], params["moe_comp_method"])
+            kwargs[name] = moe_xarch.convert_weight_packed(kwargs[name], params["moe_comp_method"])
         elif step == "flip":
             kwargs[name] = _flip(kwargs[name], params["expert"], params["byte"], params["bit"])
         elif step == "forge":
@@ -138,7 +138,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     before = snapshot(kwargs)
     try:
         if request["call"] == "wrapper":
-            result = moe_kernels.fused_experts(**kwargs)
+            result = moe_xarch.fused_experts(**kwargs)
         else:
             op = OPS[request["call"]]
             result = op(*schema_args(op, kwargs))
@@ -180,7 +180,7 @@ def main() -> None:
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     sys.stdout = sys.stderr
-    answers.write(encode_message({"ready": moe_kernels.isa()}))
+    answers.write(encode_message({"ready": moe_xarch.isa()}))
     answers.flush()
     while (request := read_message(sys.stdin.buffer)) is not None:
         answers.write(encode_message(run(request)))

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 import torch
 
-import moe_kernels
-from moe_kernels import MoeCompMethod, reference
-from moe_kernels.testing import assert_matches_reference, make_moe_problem, schema_args
+import moe_xarch
+from moe_xarch import MoeCompMethod, reference
+from moe_xarch.testing import assert_matches_reference, make_moe_problem, schema_args
 
 UNQUANT, INT8, FP8 = MoeCompMethod.UNQUANT, MoeCompMethod.INT8_W8A8, MoeCompMethod.FP8_W8A16
 M, K, N, E, TOPK = 3, 32, 16, 4, 2
@@ -28,8 +28,8 @@ def _non_contiguous(t: torch.Tensor) -> torch.Tensor:
 
 def _packed(method: int) -> Mutation:
     return lambda a: {
-        "w1": moe_kernels.convert_weight_packed(a["w1"], method),
-        "w2": moe_kernels.convert_weight_packed(a["w2"], method),
+        "w1": moe_xarch.convert_weight_packed(a["w1"], method),
+        "w2": moe_xarch.convert_weight_packed(a["w2"], method),
     }
 
 
@@ -141,13 +141,13 @@ BAD_INPUTS = [
         "is_vnni": True,
     }, INT8),
     _bad("packed-w2-other-shape", "w2|w1", lambda a: {
-        "w2": moe_kernels.convert_weight_packed(a["w2"][:, 1:].contiguous(), UNQUANT),
+        "w2": moe_xarch.convert_weight_packed(a["w2"][:, 1:].contiguous(), UNQUANT),
         "w1": _packed(UNQUANT)(a)["w1"],
         "is_vnni": True,
     }),
     _bad("packed-for-another-method", "w1|moe_comp_method|is_vnni", lambda a: {
-        "w1": moe_kernels.convert_weight_packed(a["w1"].bfloat16(), UNQUANT),
-        "w2": moe_kernels.convert_weight_packed(a["w2"].bfloat16(), UNQUANT),
+        "w1": moe_xarch.convert_weight_packed(a["w1"].bfloat16(), UNQUANT),
+        "w2": moe_xarch.convert_weight_packed(a["w2"].bfloat16(), UNQUANT),
         "is_vnni": True,
     }, INT8),
     # INT8_W8A8 scales
@@ -200,11 +200,11 @@ BAD_INPUTS = [
 
 
 def _call_wrapper(kwargs: dict[str, Any]) -> torch.Tensor:
-    return moe_kernels.fused_experts(**kwargs)
+    return moe_xarch.fused_experts(**kwargs)
 
 
 def _call_op(kwargs: dict[str, Any]) -> torch.Tensor:
-    op = torch.ops.moe_kernels.fused_experts_cpu.default
+    op = torch.ops.moe_xarch.fused_experts_cpu.default
     return op(*schema_args(op, kwargs))
 
 
@@ -224,7 +224,7 @@ def test_bad_input_names_the_argument(
 def test_valid_base_problem_runs(method: int) -> None:
     """The problems the bad inputs start from are themselves valid."""
     problem = make_moe_problem(M, K, N, E, TOPK, torch.bfloat16, method, seed=3)
-    assert moe_kernels.fused_experts(**problem.kwargs()).shape == (M, K)
+    assert moe_xarch.fused_experts(**problem.kwargs()).shape == (M, K)
 
 
 @pytest.mark.parametrize("name", ["w1", "w2", "topk_ids", "w2_bias"])
@@ -233,7 +233,7 @@ def test_cpu_kernel_refuses_a_tensor_on_another_device(name: str) -> None:
     dispatcher, which would send a meta argument to the fake kernel)."""
     problem = make_moe_problem(M, K, N, E, TOPK, torch.bfloat16, UNQUANT, bias=True, seed=3)
     kwargs = problem.kwargs() | {name: problem.kwargs()[name].to("meta")}
-    op = torch.ops.moe_kernels.fused_experts_cpu.default
+    op = torch.ops.moe_xarch.fused_experts_cpu.default
     cpu = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
     with pytest.raises(RuntimeError, match=rf"\b{name}\b.*CPU"):
         op.redispatch(cpu, *schema_args(op, kwargs))
@@ -244,7 +244,7 @@ def test_inplace_call_with_a_meta_weight_leaves_hidden_states_unchanged() -> Non
     kwargs = problem.kwargs() | {"w1": problem.kwargs()["w1"].to("meta"), "inplace": True}
     before = kwargs["hidden_states"].clone()
     with pytest.raises(RuntimeError, match=r"\bw1\b"):
-        moe_kernels.fused_experts(**kwargs)
+        moe_xarch.fused_experts(**kwargs)
     assert torch.equal(kwargs["hidden_states"], before)
 
 
@@ -252,7 +252,7 @@ def test_all_meta_arguments_still_give_the_output_shape() -> None:
     """The fake kernel's device check refuses mixed devices only."""
     kwargs = make_moe_problem(M, K, N, E, TOPK, torch.bfloat16, UNQUANT, seed=3).kwargs()
     meta = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
-    out = moe_kernels.fused_experts(**meta)
+    out = moe_xarch.fused_experts(**meta)
     assert out.device.type == "meta" and out.shape == (M, K)
 
 
@@ -278,21 +278,21 @@ def test_wrapper_takes_each_argument_in_its_own_type(name: str, value: object) -
     kwargs = make_moe_problem(M, K, N, E, TOPK, torch.bfloat16, FP8, seed=3).kwargs()
     kwargs.update({name: value} | ({"alpha": 1.702} if name == "limit" else {}))
     with pytest.raises(ValueError, match=rf"^{name}\b"):
-        moe_kernels.fused_experts(**kwargs)
+        moe_xarch.fused_experts(**kwargs)
 
 
 def test_wrapper_takes_an_int_alpha_a_tuple_block_size_and_the_method_enum() -> None:
     kwargs = make_moe_problem(M, K, N, E, TOPK, torch.float32, FP8, activation="swiglu", seed=3).kwargs()
-    expected = moe_kernels.fused_experts(**kwargs | {"alpha": 2.0})
+    expected = moe_xarch.fused_experts(**kwargs | {"alpha": 2.0})
     other_types = {"alpha": 2, "block_size": tuple(kwargs["block_size"]), "moe_comp_method": FP8}
-    assert torch.equal(moe_kernels.fused_experts(**kwargs | other_types), expected)
+    assert torch.equal(moe_xarch.fused_experts(**kwargs | other_types), expected)
 
 
 def test_infinite_limit_clamps_nothing() -> None:
     problem = make_moe_problem(M, K, N, E, TOPK, torch.float32, UNQUANT, activation="swiglu", seed=3)
     kwargs = problem.kwargs()
     expected = reference.fused_experts(**kwargs | {"limit": float("inf")})
-    assert_matches_reference(moe_kernels.fused_experts(**kwargs | {"limit": float("inf")}), expected, UNQUANT, torch.float32)
+    assert_matches_reference(moe_xarch.fused_experts(**kwargs | {"limit": float("inf")}), expected, UNQUANT, torch.float32)
     torch.testing.assert_close(expected, reference.fused_experts(**kwargs))
 
 
@@ -300,16 +300,16 @@ def test_packed_header_is_checked_bit_for_bit() -> None:
     """One flipped bit anywhere in a packed header (its layout byte included) is an
     error naming the weight, never weights read another way."""
     kwargs = make_moe_problem(2, 64, 32, 2, 1, torch.bfloat16, UNQUANT, seed=3).kwargs()
-    w1 = moe_kernels.convert_weight_packed(kwargs["w1"], UNQUANT)
-    w2 = moe_kernels.convert_weight_packed(kwargs["w2"], UNQUANT)
+    w1 = moe_xarch.convert_weight_packed(kwargs["w1"], UNQUANT)
+    w2 = moe_xarch.convert_weight_packed(kwargs["w2"], UNQUANT)
     kwargs.update(w2=w2, is_vnni=True)
-    moe_kernels.fused_experts(**kwargs | {"w1": w1})
+    moe_xarch.fused_experts(**kwargs | {"w1": w1})
     for byte in range(64):
         for bit in range(8):
             flipped = w1.clone()
             flipped[:, byte] ^= 1 << bit
             with pytest.raises(RuntimeError, match=r"\bw1\b"):
-                moe_kernels.fused_experts(**kwargs | {"w1": flipped})
+                moe_xarch.fused_experts(**kwargs | {"w1": flipped})
 
 
 def _fnv1a(data: bytes) -> int:
@@ -323,8 +323,8 @@ def test_weights_packed_on_another_architecture_are_refused() -> None:
     """A whole, self-consistent header (its checksum recomputed) that says another
     architecture packed it: refused by name, since each architecture lays packs out its own way."""
     kwargs = make_moe_problem(2, 64, 32, 2, 1, torch.bfloat16, UNQUANT, seed=3).kwargs()
-    w1 = moe_kernels.convert_weight_packed(kwargs["w1"], UNQUANT)
-    kwargs.update(w2=moe_kernels.convert_weight_packed(kwargs["w2"], UNQUANT), is_vnni=True)
+    w1 = moe_xarch.convert_weight_packed(kwargs["w1"], UNQUANT)
+    kwargs.update(w2=moe_xarch.convert_weight_packed(kwargs["w2"], UNQUANT), is_vnni=True)
     arch_offset, checksum_offset = 12, 56  # PackedHeader in csrc/core/packing.h
     header = w1[0, :64].numpy().tobytes()
     this_arch = int.from_bytes(header[arch_offset:arch_offset + 4], "little")
@@ -335,20 +335,20 @@ def test_weights_packed_on_another_architecture_are_refused() -> None:
     moved = w1.clone()
     moved[:, :64] = torch.frombuffer(forged, dtype=torch.uint8)
     with pytest.raises(RuntimeError, match=r"\bw1 was packed on (x86_64|aarch64); repack it on this machine"):
-        moe_kernels.fused_experts(**kwargs | {"w1": moved})
+        moe_xarch.fused_experts(**kwargs | {"w1": moved})
 
 
 def test_packed_nbytes_does_not_wrap() -> None:
     with pytest.raises(RuntimeError, match=r"\brows\b.*\bcols\b"):
-        torch.ops.moe_kernels.packed_nbytes(2**62, 64, torch.float8_e4m3fn)
+        torch.ops.moe_xarch.packed_nbytes(2**62, 64, torch.float8_e4m3fn)
     with pytest.raises(RuntimeError, match=r"\brows\b.*\bcols\b"):
-        torch.ops.moe_kernels.packed_nbytes(64, 2**63 - 1, torch.bfloat16)
+        torch.ops.moe_xarch.packed_nbytes(64, 2**63 - 1, torch.bfloat16)
 
 
 @pytest.mark.parametrize("shape", [(2, 0, 32), (2, 32, 0)])
 def test_convert_weight_packed_of_an_empty_dimension_names_weight(shape: tuple[int, ...]) -> None:
     with pytest.raises(RuntimeError, match=r"\bweight\b.*\[E, rows, cols\]"):
-        moe_kernels.convert_weight_packed(torch.zeros(shape, dtype=torch.bfloat16), UNQUANT)
+        moe_xarch.convert_weight_packed(torch.zeros(shape, dtype=torch.bfloat16), UNQUANT)
 
 
 # Cases whose regression would crash the process (a signal, not an exception): each
@@ -391,7 +391,7 @@ def n_zero_is_the_bias_alone() -> None:
             kwargs = base | {"w1": w1, "w2": w2, "moe_comp_method": method, "w1_bias": torch.zeros(E, 0)} | scales
             if not bias:
                 kwargs.update(w1_bias=None, w2_bias=None)
-            out = moe_kernels.fused_experts(**kwargs)
+            out = moe_xarch.fused_experts(**kwargs)
             assert_matches_reference(out, _n_zero_expected(kwargs), method, torch.bfloat16)
             if method == UNQUANT:
                 assert_matches_reference(out, reference.fused_experts(**kwargs), method, torch.bfloat16)
@@ -403,7 +403,7 @@ def huge_routed_copy_is_a_memory_error() -> None:
     routed rows from 40 MB of inputs: an error that names the buffer and its arguments."""
     topk, k = 2**22, 2**20
     with pytest.raises(RuntimeError, match=r"hidden_states.*topk.*memory"):
-        moe_kernels.fused_experts(
+        moe_xarch.fused_experts(
             torch.zeros(1, k, dtype=torch.bfloat16),
             torch.zeros(1, 2, k, dtype=torch.bfloat16),
             torch.zeros(1, k, 1, dtype=torch.bfloat16),
@@ -417,9 +417,9 @@ def fp8_huge_block_size_is_one_block() -> None:
     """block_size near 2**63 blocks each dimension once: scales [E, 1, 1] and the
     result of blocks that cover the dimensions (K = 2N = 32)."""
     problem = make_moe_problem(M, K, N, E, TOPK, torch.bfloat16, FP8, block_size=(32, 32), seed=3)
-    one_block = moe_kernels.fused_experts(**problem.kwargs())
+    one_block = moe_xarch.fused_experts(**problem.kwargs())
     assert_matches_reference(one_block, reference.fused_experts(**problem.kwargs()), FP8, torch.bfloat16)
-    huge = moe_kernels.fused_experts(**problem.kwargs(block_size=[2**63 - 1, 2**63 - 2]))
+    huge = moe_xarch.fused_experts(**problem.kwargs(block_size=[2**63 - 1, 2**63 - 2]))
     assert torch.equal(huge, one_block)
 
 
@@ -430,9 +430,9 @@ def packed_view_off_a_64_byte_boundary_runs() -> None:
     for method in (UNQUANT, INT8, FP8):
         kwargs = make_moe_problem(4, 64, 32, 2, 1, torch.bfloat16, method, block_size=(32, 32), seed=3).kwargs()
         packed = _packed(method)(kwargs)
-        aligned = moe_kernels.fused_experts(**kwargs | packed | {"is_vnni": True})
+        aligned = moe_xarch.fused_experts(**kwargs | packed | {"is_vnni": True})
         views = {name: _at_byte_offset(w, 8) for name, w in packed.items()}
-        assert torch.equal(moe_kernels.fused_experts(**kwargs | views | {"is_vnni": True}), aligned)
+        assert torch.equal(moe_xarch.fused_experts(**kwargs | views | {"is_vnni": True}), aligned)
 
 
 @pytest.fixture(scope="module")

@@ -4,8 +4,8 @@ The full product of the factors below has 3456 cases: too many for QEMU and for
 one run per ISA level. By default the matrix is a greedy covering array of
 strength 3 (~70 cases): every value of every factor meets every combination of
 values of any two other factors at least once, which implies the pairwise
-coverage the suite promises. MOE_KERNELS_TEST_STRENGTH=<t> raises the strength,
-MOE_KERNELS_TEST_STRENGTH=full runs the full product.
+coverage the suite promises. MOE_XARCH_TEST_STRENGTH=<t> raises the strength,
+MOE_XARCH_TEST_STRENGTH=full runs the full product.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import zlib
 import pytest
 import torch
 
-import moe_kernels
-from moe_kernels import MoeCompMethod, reference
-from moe_kernels.testing import (
+import moe_xarch
+from moe_xarch import MoeCompMethod, reference
+from moe_xarch.testing import (
     ACTIVATIONS,
     assert_matches_reference,
     covering_array,
@@ -51,7 +51,7 @@ FACTORS = {
 
 
 def _strength() -> int:
-    requested = os.environ.get("MOE_KERNELS_TEST_STRENGTH", "3")
+    requested = os.environ.get("MOE_XARCH_TEST_STRENGTH", "3")
     return len(FACTORS) if requested == "full" else int(requested)
 
 
@@ -90,7 +90,7 @@ def test_matches_reference(case: dict, request: pytest.FixtureRequest) -> None:
 
     inplace = case["inplace"] == "inplace"
     kwargs = problem.kwargs(packed=case["weights"] == "packed", inplace=inplace)
-    actual = moe_kernels.fused_experts(**kwargs)
+    actual = moe_xarch.fused_experts(**kwargs)
 
     assert actual.dtype == dtype and actual.shape == expected.shape
     if inplace:
@@ -112,7 +112,7 @@ def test_row_with_only_negative_ids_is_zero(method: int, packed: bool) -> None:
     topk_ids[1] = -1
     topk_ids[2, 0] = -5  # any negative id marks an unused slot
     expected = problem.run(reference.fused_experts, topk_ids=topk_ids)
-    actual = moe_kernels.fused_experts(**problem.kwargs(packed=packed, topk_ids=topk_ids))
+    actual = moe_xarch.fused_experts(**problem.kwargs(packed=packed, topk_ids=topk_ids))
 
     assert torch.equal(actual[1], torch.zeros_like(actual[1]))
     assert_matches_reference(actual, expected, method, torch.bfloat16)
@@ -122,9 +122,9 @@ def test_row_with_only_negative_ids_is_zero(method: int, packed: bool) -> None:
 @BOTH_LAYOUTS
 def test_inplace_equals_out_of_place(method: int, packed: bool) -> None:
     problem = make_moe_problem(16, 72, 40, 8, 3, torch.bfloat16, method, activation="swiglu", seed=8)
-    out_of_place = moe_kernels.fused_experts(**problem.kwargs(packed=packed))
+    out_of_place = moe_xarch.fused_experts(**problem.kwargs(packed=packed))
     kwargs = problem.kwargs(packed=packed, inplace=True)
-    result = moe_kernels.fused_experts(**kwargs)
+    result = moe_xarch.fused_experts(**kwargs)
 
     assert result.data_ptr() == kwargs["hidden_states"].data_ptr()
     assert torch.equal(kwargs["hidden_states"], out_of_place)
@@ -140,7 +140,7 @@ def test_routing_and_bias_in_other_dtypes(method: int) -> None:
     )
     topk_weights = problem.arguments["topk_weights"].to(torch.float16)
     expected = problem.run(reference.fused_experts, topk_weights=topk_weights)
-    actual = moe_kernels.fused_experts(**problem.kwargs(topk_weights=topk_weights))
+    actual = moe_xarch.fused_experts(**problem.kwargs(topk_weights=topk_weights))
     assert_matches_reference(actual, expected, method, torch.bfloat16)
 
 
@@ -154,7 +154,7 @@ def test_fp8_block_sizes(block_size: tuple[int, int], packed: bool) -> None:
         7, 72, 40, 4, 2, torch.float32, fp8, activation="swiglu_limit", seed=10, block_size=block_size
     )
     expected = problem.run(reference.fused_experts)
-    actual = moe_kernels.fused_experts(**problem.kwargs(packed=packed))
+    actual = moe_xarch.fused_experts(**problem.kwargs(packed=packed))
     assert_matches_reference(actual, expected, fp8, torch.float32)
 
 
@@ -168,7 +168,7 @@ def test_fp8_blocks_of_k_off_the_lines(packed: bool, tokens: int) -> None:
     fp8 = METHODS["fp8"]
     problem = make_moe_problem(tokens, 96, 48, 4, 2, torch.bfloat16, fp8, seed=16, block_size=(8, 18))
     expected = problem.run(reference.fused_experts)
-    actual = moe_kernels.fused_experts(**problem.kwargs(packed=packed))
+    actual = moe_xarch.fused_experts(**problem.kwargs(packed=packed))
     assert_matches_reference(actual, expected, fp8, torch.bfloat16)
 
 
@@ -182,7 +182,7 @@ def test_decode_long_rows(method: int, packed: bool, tokens: int) -> None:
     problem = make_moe_problem(tokens, 1024, 512, 2, 2, torch.bfloat16, method, activation="swiglu_limit",
                                seed=12, block_size=(8, 24))
     expected = problem.run(reference.fused_experts)
-    actual = moe_kernels.fused_experts(**problem.kwargs(packed=packed))
+    actual = moe_xarch.fused_experts(**problem.kwargs(packed=packed))
     assert_matches_reference(actual, expected, method, torch.bfloat16)
 
 
@@ -193,7 +193,7 @@ def test_prefill_rows(method: int, packed: bool) -> None:
     blocks (37 tokens over 2 experts, N = 40)."""
     problem = make_moe_problem(37, 256, 40, 2, 2, torch.bfloat16, method, seed=13)
     expected = problem.run(reference.fused_experts)
-    actual = moe_kernels.fused_experts(**problem.kwargs(packed=packed))
+    actual = moe_xarch.fused_experts(**problem.kwargs(packed=packed))
     assert_matches_reference(actual, expected, method, torch.bfloat16)
 
 
@@ -211,7 +211,7 @@ def test_activation_saturates(method: int, activation: str, tokens: int) -> None
     w2_factor = "w2" if method == MoeCompMethod.UNQUANT else "w2_scale"
     overrides = {"w1_bias": 200.0 * (2 * signs - 1).float(), w2_factor: problem.arguments[w2_factor] / 200}
     expected = problem.run(reference.fused_experts, **overrides)
-    actual = moe_kernels.fused_experts(**problem.kwargs(**overrides))
+    actual = moe_xarch.fused_experts(**problem.kwargs(**overrides))
     assert_matches_reference(actual, expected, method, torch.float32)
 
 
@@ -223,11 +223,11 @@ def test_parallel_matches_reference(method: int, threads: int) -> None:
     computed by one work item, and slots are summed in a fixed order."""
     problem = make_moe_problem(67, 72, 40, 8, 3, torch.bfloat16, method, bias=True, seed=11)
     expected = problem.run(reference.fused_experts)
-    serial = moe_kernels.fused_experts(**problem.kwargs())
+    serial = moe_xarch.fused_experts(**problem.kwargs())
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        parallel = moe_kernels.fused_experts(**problem.kwargs())
+        parallel = moe_xarch.fused_experts(**problem.kwargs())
     finally:
         torch.set_num_threads(previous)
     assert_matches_reference(parallel, expected, method, torch.bfloat16)
@@ -244,24 +244,24 @@ def test_packed_tile_layout(method: int, tokens: int) -> None:
         problem = make_moe_problem(tokens, 224, 48, 4, 2, torch.bfloat16, method, activation=activation,
                                    bias=True, seed=14)
         expected = problem.run(reference.fused_experts)
-        actual = moe_kernels.fused_experts(**problem.kwargs(packed=True))
+        actual = moe_xarch.fused_experts(**problem.kwargs(packed=True))
         assert_matches_reference(actual, expected, method, torch.bfloat16)
 
 
 _PACK_UNDER_BEST_LEVEL = """
-import sys, torch, moe_kernels
-from moe_kernels import reference
-from moe_kernels.testing import make_moe_problem
+import sys, torch, moe_xarch
+from moe_xarch import reference
+from moe_xarch.testing import make_moe_problem
 problem = make_moe_problem(5, 64, 64, 2, 2, torch.bfloat16, int(sys.argv[2]), seed=15)
 torch.save({"kwargs": problem.kwargs(packed=True), "expected": problem.run(reference.fused_experts)}, sys.argv[1])
 """
 
 _USE_UNDER_LEVEL = """
-import sys, torch, moe_kernels
-from moe_kernels.testing import assert_matches_reference
+import sys, torch, moe_xarch
+from moe_xarch.testing import assert_matches_reference
 saved = torch.load(sys.argv[1], weights_only=False)
 try:
-    actual = moe_kernels.fused_experts(**saved["kwargs"])
+    actual = moe_xarch.fused_experts(**saved["kwargs"])
 except RuntimeError as error:
     print(error)
 else:
@@ -283,10 +283,10 @@ def test_weights_packed_under_one_level_run_or_are_refused_under_another(method:
 
     def run(code: str, isa: str) -> str:
         return subprocess.run([sys.executable, "-c", code, path, str(int(method))],
-                              env={**os.environ, "MOE_KERNELS_ISA": isa},
+                              env={**os.environ, "MOE_XARCH_ISA": isa},
                               capture_output=True, text=True, check=True).stdout.strip()
 
-    levels = moe_kernels.supported_isas()
+    levels = moe_xarch.supported_isas()
     run(_PACK_UNDER_BEST_LEVEL, levels[-1])
     tile_levels = ("avx512_bf16", "amx")
     for level in levels:
@@ -322,8 +322,8 @@ def test_fp8_every_value(packed: bool, tokens: int) -> None:
             problem.arguments[f"{name}_scale"]).contiguous()
     expected = problem.run(reference.fused_experts, **weights)
     if packed:
-        weights.update({name: moe_kernels.convert_weight_packed(weights[name], fp8) for name in ("w1", "w2")})
-    actual = moe_kernels.fused_experts(**problem.kwargs(**weights, is_vnni=packed))
+        weights.update({name: moe_xarch.convert_weight_packed(weights[name], fp8) for name in ("w1", "w2")})
+    actual = moe_xarch.fused_experts(**problem.kwargs(**weights, is_vnni=packed))
     assert_matches_reference(actual, expected, fp8, torch.bfloat16)
 
 
@@ -347,8 +347,8 @@ def test_fp8_nan_weights(packed: bool, dtype: str, tokens: int) -> None:
     expected = problem.run(reference.fused_experts, **weights)
     assert expected.isnan().any()
     if packed:
-        weights = {name: moe_kernels.convert_weight_packed(weights[name], fp8) for name in ("w1", "w2")}
-    actual = moe_kernels.fused_experts(**problem.kwargs(**weights, is_vnni=packed))
+        weights = {name: moe_xarch.convert_weight_packed(weights[name], fp8) for name in ("w1", "w2")}
+    actual = moe_xarch.fused_experts(**problem.kwargs(**weights, is_vnni=packed))
     assert torch.equal(actual.isnan(), expected.isnan())
     finite = ~expected.isnan()
     assert_matches_reference(actual[finite], expected[finite], fp8, DTYPES[dtype])

@@ -2,8 +2,8 @@
 
 For every method and layout, one call with enough rows of a per expert to reach
 each level's own kernels and one decode call (one token); around each, the
-library's counters (moe_kernels.kernel_use) say which level's code ran each kernel
-kind. moe_kernels.expected_kernels declares, independently of the build, which
+library's counters (moe_xarch.kernel_use) say which level's code ran each kernel
+kind. moe_xarch.expected_kernels declares, independently of the build, which
 level's code must: a level that hands out a lower level's kernel fails here, with
 the kind, the level expected, the level that ran and isa().
 """
@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 import pytest
 import torch
 
-import moe_kernels
-from moe_kernels import MoeCompMethod
-from moe_kernels.expected_kernels import ARCHITECTURE_LEVELS, EXPECTED_KERNELS
-from moe_kernels.testing import make_moe_problem
+import moe_xarch
+from moe_xarch import MoeCompMethod
+from moe_xarch.expected_kernels import ARCHITECTURE_LEVELS, EXPECTED_KERNELS
+from moe_xarch.testing import make_moe_problem
 
 # method, activation dtype, whether its weights take the tile layout at a level that
 # packs them so (packing.h: bf16, int8, fp8), and the tile GEMM it then runs, if any.
@@ -38,10 +38,10 @@ ACTIVATION_KIND = {"silu": "silu_and_mul", "swiglu": "swiglu"}
 TOKENS, K, N, EXPERTS, TOPK = 16, 64, 32, 2, 1
 
 
-def measured(work: Callable[[], object]) -> moe_kernels.KernelUse:
-    before = moe_kernels.kernel_use()
+def measured(work: Callable[[], object]) -> moe_xarch.KernelUse:
+    before = moe_xarch.kernel_use()
     work()
-    return moe_kernels.kernel_use(since=before)
+    return moe_xarch.kernel_use(since=before)
 
 
 def owners(levels) -> str:
@@ -67,9 +67,9 @@ def wrong_kernels(use: Mapping[str, Mapping[str, int]], level: str, *, reaches_o
     return wrong
 
 
-def assert_level_did_the_work(use: moe_kernels.KernelUse, *, reaches_own: bool, required: set[str],
+def assert_level_did_the_work(use: moe_xarch.KernelUse, *, reaches_own: bool, required: set[str],
                               what: str) -> None:
-    level = moe_kernels.isa()
+    level = moe_xarch.isa()
     wrong = wrong_kernels(use, level, reaches_own=reaches_own)
     wrong += [f"{kind}: expected {EXPECTED_KERNELS[level][kind].level}'s kernel, but none ran"
               for kind in sorted(required - set(use))]
@@ -81,7 +81,7 @@ def assert_level_did_the_work(use: moe_kernels.KernelUse, *, reaches_own: bool, 
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_level_runs_its_own_kernels(case: str, packed: bool, activation: str) -> None:
     method, dtype, tile_layout, tile_gemm = CASES[case]
-    expected = EXPECTED_KERNELS[moe_kernels.isa()]
+    expected = EXPECTED_KERNELS[moe_xarch.isa()]
     problem = make_moe_problem(TOKENS, K, N, EXPERTS, TOPK, dtype, method, activation=activation)
     pack_kind = "pack_tiles" if tile_layout and "pack_tiles" in expected else "pack_rows"
     packing = measured(lambda: problem.kwargs(packed=packed))
@@ -96,21 +96,21 @@ def test_the_level_runs_its_own_kernels(case: str, packed: bool, activation: str
         required.add("quantize_row_s8")
     if packed and tile_gemm in expected:
         required.add(tile_gemm)
-    prefill = measured(lambda: problem.run(moe_kernels.fused_experts, packed=packed))
+    prefill = measured(lambda: problem.run(moe_xarch.fused_experts, packed=packed))
     assert any(kind.startswith("gemm_") for kind in prefill), f"no GEMM counted: {prefill}"
     assert_level_did_the_work(prefill, reaches_own=True, required=required,
                               what=f"{case} {'packed' if packed else 'unpacked'} {activation}, {TOKENS} tokens")
 
     one_token = {"hidden_states": problem.arguments["hidden_states"][:1].clone(),
                  "topk_ids": problem.arguments["topk_ids"][:1], "topk_weights": problem.arguments["topk_weights"][:1]}
-    decode = measured(lambda: problem.run(moe_kernels.fused_experts, packed=packed, **one_token))
+    decode = measured(lambda: problem.run(moe_xarch.fused_experts, packed=packed, **one_token))
     assert_level_did_the_work(decode, reaches_own=False, required=required,
                               what=f"{case} {'packed' if packed else 'unpacked'} {activation}, 1 token")
 
 
 def test_the_table_has_every_level_of_this_architecture() -> None:
     ladder = ARCHITECTURE_LEVELS.get(platform.machine(), ("generic",))
-    supported = moe_kernels.supported_isas()
+    supported = moe_xarch.supported_isas()
     assert [lv for lv in ladder if lv in supported] == supported, (
         f"the CPU's levels {supported} are not in the declared ladder {ladder}")
     assert set(ladder) <= set(EXPECTED_KERNELS)
@@ -135,9 +135,9 @@ def test_counts_come_from_every_thread() -> None:
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        one = measured(lambda: problem.run(moe_kernels.fused_experts))
+        one = measured(lambda: problem.run(moe_xarch.fused_experts))
         torch.set_num_threads(2)
-        two = measured(lambda: problem.run(moe_kernels.fused_experts))
+        two = measured(lambda: problem.run(moe_xarch.fused_experts))
     finally:
         torch.set_num_threads(threads)
     assert one and two == one
@@ -145,9 +145,9 @@ def test_counts_come_from_every_thread() -> None:
 
 def test_counters_only_grow() -> None:
     problem = make_moe_problem(2, K, N, EXPERTS, TOPK, torch.float32)
-    first = moe_kernels.kernel_use()
-    problem.run(moe_kernels.fused_experts)
-    second = moe_kernels.kernel_use()
+    first = moe_xarch.kernel_use()
+    problem.run(moe_xarch.fused_experts)
+    second = moe_xarch.kernel_use()
     assert all(second[kind][lv] >= n for kind, levels in first.items() for lv, n in levels.items())
-    assert moe_kernels.kernel_use(since=second) == {}
-    assert moe_kernels.kernel_use(since=first)
+    assert moe_xarch.kernel_use(since=second) == {}
+    assert moe_xarch.kernel_use(since=first)

@@ -9,7 +9,7 @@ A valid call must give the result, an invalid one the error; a few calls
 (zero-size dimensions, views at odd byte offsets, bit-flipped headers, sizes
 beyond memory) may give either. Every call runs in one long-lived child
 process (property_runner.py): a call that kills it with a signal or outlasts
-MOE_KERNELS_PROPERTY_TIMEOUT seconds fails its case, naming the signal, and the
+MOE_XARCH_PROPERTY_TIMEOUT seconds fails its case, naming the signal, and the
 child is restarted. Examples are derandomized and bounded (QEMU runs this too);
 hypothesis does not shrink, since each failing replay may cost a restart.
 """
@@ -38,9 +38,9 @@ import torch
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-import moe_kernels
-from moe_kernels import MoeCompMethod, reference
-from moe_kernels.testing import assert_matches_reference, make_moe_problem
+import moe_xarch
+from moe_xarch import MoeCompMethod, reference
+from moe_xarch.testing import assert_matches_reference, make_moe_problem
 
 RUNNER_PATH = Path(__file__).with_name("property_runner.py")
 _spec = importlib.util.spec_from_file_location("property_runner", RUNNER_PATH)
@@ -51,13 +51,13 @@ UNQUANT, INT8, FP8 = MoeCompMethod.UNQUANT, MoeCompMethod.INT8_W8A8, MoeCompMeth
 METHODS = (UNQUANT, INT8, FP8)
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 CLEAR_ERRORS = ("RuntimeError", "ValueError", "TypeError")
-CALL_TIMEOUT = float(os.environ.get("MOE_KERNELS_PROPERTY_TIMEOUT", "60"))
+CALL_TIMEOUT = float(os.environ.get("MOE_XARCH_PROPERTY_TIMEOUT", "60"))
 START_TIMEOUT = 10 * CALL_TIMEOUT  # import torch alone takes ~9 s under QEMU
 
 
 def _arguments(op_name: str) -> dict[str, str]:
     """An op's argument names and types, from the one schema file."""
-    schema = torch._C.parse_schema(moe_kernels.SCHEMAS[op_name])
+    schema = torch._C.parse_schema(moe_xarch.SCHEMAS[op_name])
     return {a.name: str(a.type) for a in schema.arguments}
 
 
@@ -156,7 +156,7 @@ def sandbox():
     box = Sandbox()
     yield box
     box.close()
-    report_dir = os.environ.get("MOE_KERNELS_REPORT_DIR")
+    report_dir = os.environ.get("MOE_XARCH_REPORT_DIR")
     if report_dir:
         Path(report_dir, f"property-cases-{os.getpid()}.json").write_text(json.dumps(COUNTS))
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from moe_kernels.quant import (
+from moe_xarch.quant import (
     FP8_MAX,
     dequantize_fp8_block,
     quantize_fp8_block,

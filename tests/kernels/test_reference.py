@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import torch
 
-from moe_kernels import MoeCompMethod, reference
-from moe_kernels.quant import dequantize_fp8_block, quantize_int8_per_token
-from moe_kernels.testing import ACTIVATIONS, assert_matches_reference, make_moe_problem
+from moe_xarch import MoeCompMethod, reference
+from moe_xarch.quant import dequantize_fp8_block, quantize_int8_per_token
+from moe_xarch.testing import ACTIVATIONS, assert_matches_reference, make_moe_problem
 
 METHODS = pytest.mark.parametrize("method", list(reference.IMPLEMENTED_METHODS), ids=lambda m: m.name)
 

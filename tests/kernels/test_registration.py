@@ -10,10 +10,10 @@ import sys
 import pytest
 import torch
 
-import moe_kernels
-from moe_kernels import reference
+import moe_xarch
+from moe_xarch import reference
 
-NAMESPACE = "moe_kernels"
+NAMESPACE = "moe_xarch"
 # The op contract's seventeen arguments, in order. The last four came last: a
 # schema with the older thirteen is exactly the defect this project exists to catch.
 SPEC_FUSED_EXPERTS_ARGUMENTS = [
@@ -24,7 +24,7 @@ SPEC_FUSED_EXPERTS_ARGUMENTS = [
 
 
 def _schema_of(name: str) -> torch._C.FunctionSchema:
-    return getattr(torch.ops.moe_kernels, name).default._schema
+    return getattr(torch.ops.moe_xarch, name).default._schema
 
 
 def test_registered_ops_are_the_canonical_ones() -> None:
@@ -34,12 +34,12 @@ def test_registered_ops_are_the_canonical_ones() -> None:
         for name in torch._C._dispatch_get_all_op_names()
         if name.startswith(prefix)
     }
-    assert registered == set(moe_kernels.SCHEMAS)
+    assert registered == set(moe_xarch.SCHEMAS)
 
 
-@pytest.mark.parametrize("name", sorted(moe_kernels.SCHEMAS))
+@pytest.mark.parametrize("name", sorted(moe_xarch.SCHEMAS))
 def test_schema_equals_canonical_string(name: str) -> None:
-    canonical = torch._C.parse_schema(f"{NAMESPACE}::{moe_kernels.SCHEMAS[name]}")
+    canonical = torch._C.parse_schema(f"{NAMESPACE}::{moe_xarch.SCHEMAS[name]}")
     assert str(_schema_of(name)) == str(canonical)
 
 
@@ -49,40 +49,40 @@ def test_fused_experts_schema_has_the_spec_arguments() -> None:
 
 
 @pytest.mark.parametrize(
-    "function", [moe_kernels.fused_experts, reference.fused_experts], ids=["wrapper", "reference"]
+    "function", [moe_xarch.fused_experts, reference.fused_experts], ids=["wrapper", "reference"]
 )
 def test_python_signature_maps_onto_schema(function) -> None:
     assert list(inspect.signature(function).parameters) == SPEC_FUSED_EXPERTS_ARGUMENTS
 
 
 def test_isa_is_supported_and_generic_comes_first() -> None:
-    supported = moe_kernels.supported_isas()
+    supported = moe_xarch.supported_isas()
     assert supported[0] == "generic"
-    assert moe_kernels.isa() in supported
+    assert moe_xarch.isa() in supported
     assert len(set(supported)) == len(supported)
 
 
 def test_isa_is_the_one_expected() -> None:
-    """The harness names the path this CPU (model) must pick in MOE_KERNELS_EXPECT_ISA;
+    """The harness names the path this CPU (model) must pick in MOE_XARCH_EXPECT_ISA;
     otherwise the path is the forced one, or the highest this CPU supports."""
     expected = (
-        os.environ.get("MOE_KERNELS_EXPECT_ISA")
-        or os.environ.get("MOE_KERNELS_ISA")
-        or moe_kernels.supported_isas()[-1]
+        os.environ.get("MOE_XARCH_EXPECT_ISA")
+        or os.environ.get("MOE_XARCH_ISA")
+        or moe_xarch.supported_isas()[-1]
     )
-    assert moe_kernels.isa() == expected
+    assert moe_xarch.isa() == expected
 
 
 def _isa_in_fresh_interpreter(forced: str) -> subprocess.CompletedProcess[str]:
     """The path is chosen once per process, so each forced choice needs its own."""
     return subprocess.run(
-        [sys.executable, "-c", "import moe_kernels; print(moe_kernels.isa())"],
-        env={**os.environ, "MOE_KERNELS_ISA": forced}, capture_output=True, text=True,
+        [sys.executable, "-c", "import moe_xarch; print(moe_xarch.isa())"],
+        env={**os.environ, "MOE_XARCH_ISA": forced}, capture_output=True, text=True,
     )
 
 
 def test_every_supported_isa_can_be_forced() -> None:
-    for level in moe_kernels.supported_isas():
+    for level in moe_xarch.supported_isas():
         result = _isa_in_fresh_interpreter(level)
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == level
@@ -91,5 +91,5 @@ def test_every_supported_isa_can_be_forced() -> None:
 def test_unknown_isa_is_refused_with_the_choices() -> None:
     result = _isa_in_fresh_interpreter("no-such-level")
     assert result.returncode != 0
-    assert "MOE_KERNELS_ISA=no-such-level names no kernel path" in result.stderr
+    assert "MOE_XARCH_ISA=no-such-level names no kernel path" in result.stderr
     assert "generic" in result.stderr

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from moe_kernels import MoeCompMethod, reference
-from moe_kernels.testing import (
+from moe_xarch import MoeCompMethod, reference
+from moe_xarch.testing import (
     DTYPE_TOLERANCE,
     assert_matches_reference,
     covering_array,

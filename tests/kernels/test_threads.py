@@ -11,10 +11,10 @@ from pathlib import Path
 
 import torch
 
-import moe_kernels
-from moe_kernels import MoeCompMethod
-from moe_kernels._library import LIBRARY_PATH
-from moe_kernels.testing import make_moe_problem
+import moe_xarch
+from moe_xarch import MoeCompMethod
+from moe_xarch._library import LIBRARY_PATH
+from moe_xarch.testing import make_moe_problem
 
 
 def test_library_opens_openmp_parallel_regions() -> None:
@@ -25,7 +25,7 @@ def test_library_opens_openmp_parallel_regions() -> None:
 def test_one_openmp_runtime_in_the_process() -> None:
     """The library uses torch's libgomp: a second runtime would ignore torch.set_num_threads."""
     problem = make_moe_problem(4, 64, 32, 4, 2, torch.bfloat16, MoeCompMethod.UNQUANT, seed=3)
-    moe_kernels.fused_experts(**problem.kwargs())
+    moe_xarch.fused_experts(**problem.kwargs())
     maps = Path("/proc/self/maps").read_text().splitlines()
     runtimes = {line.split()[-1] for line in maps if "libgomp" in line.rsplit("/", 1)[-1]}
     assert len(runtimes) == 1, runtimes

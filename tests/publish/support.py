@@ -123,24 +123,24 @@ def _torch_pin(arch: str) -> str:
 
 
 METADATA = """Metadata-Version: 2.1
-Name: moe-kernels
+Name: moe-xarch
 Version: {version}
 Summary: a small wheel for the publish tests
 License: Apache-2.0
 Requires-Python: >=3.10
 {requires}Description-Content-Type: text/markdown
 
-# moe-kernels test distribution
+# moe-xarch test distribution
 """
 
 
 def make_wheel(directory: Path, arch: str, version: str = "1.0.0", payload: bytes = b"",
                glibc: str = "2_34") -> Path:
     """A minimal but valid wheel of the project for arch (pip and twine accept it)."""
-    name = f"moe_kernels-{version}-py3-none-manylinux_{glibc}_{arch}.whl"
-    dist_info = f"moe_kernels-{version}.dist-info"
+    name = f"moe_xarch-{version}-py3-none-manylinux_{glibc}_{arch}.whl"
+    dist_info = f"moe_xarch-{version}.dist-info"
     files = {
-        "moe_kernels/__init__.py": b"ARCH = %r\n" % arch + payload,
+        "moe_xarch/__init__.py": b"ARCH = %r\n" % arch + payload,
         f"{dist_info}/METADATA": METADATA.format(
             version=version, requires=f"Requires-Dist: {_torch_pin(arch)}\n").encode(),
         f"{dist_info}/WHEEL": (
@@ -160,12 +160,12 @@ def make_wheel(directory: Path, arch: str, version: str = "1.0.0", payload: byte
     return directory / name
 
 
-SDIST_FILES = ["pyproject.toml", "CMakeLists.txt", "csrc/moe_kernels.h", "csrc/register.cpp",
-               "build_support/torch_pin.py", "package/moe_kernels/__init__.py"]
+SDIST_FILES = ["pyproject.toml", "CMakeLists.txt", "csrc/moe_xarch.h", "csrc/register.cpp",
+               "build_support/torch_pin.py", "package/moe_xarch/__init__.py"]
 
 
 def make_sdist(directory: Path, version: str = "1.0.0") -> Path:
-    base = f"moe_kernels-{version}"
+    base = f"moe_xarch-{version}"
     path = directory / f"{base}.tar.gz"
     with tarfile.open(path, "w:gz") as archive:
         contents = {name: (REPO / name).read_bytes() for name in SDIST_FILES}
@@ -223,7 +223,7 @@ def release(tmp_path: Path) -> Release:
 
 
 def publish_env(**overrides: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TWINE_", "MOE_KERNELS_INDEX"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TWINE_", "MOE_XARCH_INDEX"))}
     env["TWINE_CONFIG_FILE"] = os.devnull  # never a developer's own .pypirc
     env["PYTHON_KEYRING_BACKEND"] = "keyring.backends.null.Keyring"
     env.update(overrides)

@@ -23,17 +23,17 @@ from harness.targets import Target
 from tests.publish.support import REPO, TARGETS, Index, Release, run_publish, start_index, uploader_env
 
 SMOKE = """
-import torch, moe_kernels
-from moe_kernels import reference
+import torch, moe_xarch
+from moe_xarch import reference
 torch.manual_seed(0)
 T, H, I, E, K = 4, 32, 32, 4, 2
 x = torch.randn(T, H)
 w1 = torch.randn(E, 2 * I, H) / H ** 0.5
 w2 = torch.randn(E, H, I) / I ** 0.5
 weights, ids = torch.randn(T, E).softmax(-1).topk(K)
-out = moe_kernels.fused_experts(x, w1, w2, weights, ids.to(torch.int32))
+out = moe_xarch.fused_experts(x, w1, w2, weights, ids.to(torch.int32))
 torch.testing.assert_close(out, reference.fused_experts(x, w1, w2, weights, ids.to(torch.int32)), atol=1e-4, rtol=1e-4)
-print("smoke ok", moe_kernels.__name__, moe_kernels.isa())
+print("smoke ok", moe_xarch.__name__, moe_xarch.isa())
 """
 
 
@@ -87,7 +87,7 @@ def test_install_from_the_index_and_run_the_op(arch: str, published: Index, test
     # Only the local index: the image's torch must satisfy the wheel's torch pin, or
     # pip fails to find a torch there; pip check confirms what got installed.
     script = (
-        f"pip install --no-cache-dir --index-url {published.simple} 'moe-kernels=={version}' "
+        f"pip install --no-cache-dir --index-url {published.simple} 'moe-xarch=={version}' "
         f"&& pip check && python -c \"$0\""
     )
     try:
@@ -100,5 +100,5 @@ def test_install_from_the_index_and_run_the_op(arch: str, published: Index, test
     finally:
         containers.remove(name)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"Successfully installed moe-kernels-{version}" in result.stdout
-    assert "smoke ok moe_kernels" in result.stdout
+    assert f"Successfully installed moe-xarch-{version}" in result.stdout
+    assert "smoke ok moe_xarch" in result.stdout

@@ -95,7 +95,7 @@ def test_interrupted_upload_reports_the_index_state_and_a_rerun_completes(
     try:
         env = uploader_env(index)
         env["TWINE_REPOSITORY_URL"] = proxy.url
-        env["MOE_KERNELS_INDEX_URL"] = index.simple  # asking what is there still works
+        env["MOE_XARCH_INDEX_URL"] = index.simple  # asking what is there still works
         cut = run_publish(release, env)
     finally:
         proxy.close()
@@ -233,7 +233,7 @@ def test_an_index_that_sends_the_project_to_another_server_is_refused(
     tmp_path: Path, index: Index, release: Release
 ) -> None:
     """pypiserver's fallback would have another index's files (PyPI's own
-    moe-kernels) taken for this index's."""
+    moe-xarch) taken for this index's."""
     forwarding = start_index(tmp_path / "forwarding", fallback=index.simple)
     try:
         result = run_publish(release, uploader_env(forwarding))

@@ -30,7 +30,7 @@
 #define HWCAP2_BF16 (1UL << 14)
 #endif
 
-namespace moe_kernels {
+namespace moe_xarch {
 namespace {
 
 struct ArmFeatures {
@@ -67,4 +67,4 @@ std::vector<IsaLevel> isa_ladder() {
           {"i8mm", dotprod && f.i8mm && f.bf16, &kernels_i8mm}};
 }
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

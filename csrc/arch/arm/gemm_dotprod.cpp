@@ -9,7 +9,7 @@
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 
-namespace moe_kernels {
+namespace moe_xarch {
 namespace {
 
 struct S8DotOps : S8Io {
@@ -34,4 +34,4 @@ const KernelSet& kernels_dotprod() {
   return kernels;
 }
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

@@ -12,7 +12,7 @@
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 
-namespace moe_kernels {
+namespace moe_xarch {
 namespace {
 
 // MMLA Ops: kW elements per 16 bytes; mmla takes the zipped operands as
@@ -195,4 +195,4 @@ const KernelSet& kernels_i8mm() {
   return kernels;
 }
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

@@ -11,7 +11,7 @@
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 
-namespace moe_kernels {
+namespace moe_xarch {
 namespace {
 
 struct F32Ops {
@@ -121,4 +121,4 @@ const KernelSet& kernels_neon() {
   return kernels;
 }
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

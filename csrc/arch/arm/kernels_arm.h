@@ -18,7 +18,7 @@
 
 #include "core/kernels.h"
 
-namespace moe_kernels {
+namespace moe_xarch {
 
 const KernelSet& kernels_neon();
 const KernelSet& kernels_dotprod();
@@ -226,4 +226,4 @@ inline void gemm_dot(int64_t m, int64_t n, int64_t k, const typename Ops::T* a, 
 }
 
 }  // namespace
-}  // namespace moe_kernels
+}  // namespace moe_xarch

@@ -1,6 +1,6 @@
 // The portable kernels: plain loops the compiler may vectorize for the
 // architecture's baseline. Every architecture builds them (the "generic"
-// level), so the same answers are always one MOE_KERNELS_ISA away.
+// level), so the same answers are always one MOE_XARCH_ISA away.
 #include <array>
 #include <cmath>
 #include <cstdlib>
@@ -13,7 +13,7 @@
 #include "core/kernels.h"
 #include "core/row_kernels.h"
 
-namespace moe_kernels {
+namespace moe_xarch {
 namespace {
 
 float bf16_to_float(uint16_t bits) {
@@ -140,4 +140,4 @@ uint8_t* thread_scratch(ScratchUse use, int64_t bytes) {
   return buffer.data.get();
 }
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

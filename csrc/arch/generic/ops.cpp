@@ -1,15 +1,15 @@
-// The architectures without their own kernels definitions of the ops declared in csrc/moe_kernels.h. They are
+// The architectures without their own kernels definitions of the ops declared in csrc/moe_xarch.h. They are
 // written with qualified names, so a signature that drifts from the one
 // declaration ("no declaration matches") fails this architecture's build.
 #include "core/dispatch.h"
 #include "core/fused_experts.h"
-#include "moe_kernels.h"
+#include "moe_xarch.h"
 
 namespace {
-constexpr moe_kernels::PackArch kArch = moe_kernels::PackArch::kGeneric;
+constexpr moe_xarch::PackArch kArch = moe_xarch::PackArch::kGeneric;
 }
 
-at::Tensor moe_kernels::fused_experts_cpu(
+at::Tensor moe_xarch::fused_experts_cpu(
     const at::Tensor& hidden_states, const at::Tensor& w1, const at::Tensor& w2,
     const at::Tensor& topk_weights, const at::Tensor& topk_ids, bool inplace,
     int64_t moe_comp_method, const std::optional<at::Tensor>& w1_scale,
@@ -23,6 +23,6 @@ at::Tensor moe_kernels::fused_experts_cpu(
                             w1_bias, w2_bias, alpha, limit, is_vnni});
 }
 
-at::Tensor moe_kernels::convert_weight_packed(const at::Tensor& weight, int64_t moe_comp_method) {
+at::Tensor moe_xarch::convert_weight_packed(const at::Tensor& weight, int64_t moe_comp_method) {
   return pack_weights(weight, moe_comp_method, kArch, active_kernels().reads_tiles());
 }

@@ -10,7 +10,7 @@
 #include "arch/x86/kernels_x86.h"
 #include "core/dispatch.h"
 
-namespace moe_kernels {
+namespace moe_xarch {
 namespace {
 
 // CPUID bits (Intel SDM vol. 2A, table 3-8 / 3-10), named here rather than
@@ -97,4 +97,4 @@ std::vector<IsaLevel> isa_ladder() {
           {"amx", f.amx, &kernels_amx}};
 }
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

@@ -22,7 +22,7 @@
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 
-namespace moe_kernels {
+namespace moe_xarch {
 namespace {
 
 // Below this many rows of a, the transposes cost more than tiles save, and
@@ -491,4 +491,4 @@ const KernelSet& kernels_amx() {
   return kernels;
 }
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

@@ -12,7 +12,7 @@
 #include "core/kernels.h"
 #include "core/row_kernels.h"
 
-namespace moe_kernels {
+namespace moe_xarch {
 namespace {
 
 MOE_X86_INLINE __m128 hsum4_ps(const __m256 (&v)[4]) {
@@ -371,4 +371,4 @@ constexpr KernelSet kKernels =
 
 const KernelSet& kernels_avx2() { return kKernels; }
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

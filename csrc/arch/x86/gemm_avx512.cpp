@@ -15,7 +15,7 @@
 #include "core/kernels.h"
 #include "core/row_kernels.h"
 
-namespace moe_kernels {
+namespace moe_xarch {
 namespace {
 
 using x86::store_sums_avx512;
@@ -248,4 +248,4 @@ void avx512::fp8_to_f32(int64_t cols, const uint8_t* src, const float* scale, in
 
 const KernelSet& kernels_avx512() { return kKernels; }
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

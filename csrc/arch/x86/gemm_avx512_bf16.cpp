@@ -17,7 +17,7 @@
 #include "core/kernels.h"
 #include "core/row_kernels.h"
 
-namespace moe_kernels {
+namespace moe_xarch {
 namespace {
 
 struct DpBF16 {
@@ -486,4 +486,4 @@ constexpr KernelSet kKernels = [] {
 
 const KernelSet& kernels_avx512_bf16() { return kKernels; }
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

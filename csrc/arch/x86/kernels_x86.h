@@ -15,7 +15,7 @@
 
 #define MOE_X86_INLINE inline __attribute__((always_inline))
 
-namespace moe_kernels {
+namespace moe_xarch {
 
 const KernelSet& kernels_avx2();
 const KernelSet& kernels_avx512();
@@ -534,4 +534,4 @@ MOE_X86_INLINE void widen_fp8_lines(const E4m3ToBF16& e4m3_to_bf16, const uint8_
 
 }  // namespace
 }  // namespace x86
-}  // namespace moe_kernels
+}  // namespace moe_xarch

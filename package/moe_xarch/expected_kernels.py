@@ -3,7 +3,7 @@
 Declared here once, from each level's design, and never derived from the build
 under test: a level whose KernelSet quietly hands out another level's kernel
 reports its own name in ``isa()`` and computes the right numbers, and only this
-table says it should not have. ``moe_kernels.kernel_use()`` reports what ran.
+table says it should not have. ``moe_xarch.kernel_use()`` reports what ran.
 
 A kind missing from a level's table is one that level never runs. A fallback is
 a lower level's kernel that the level's own kernel hands some calls to by design

@@ -1,7 +1,7 @@
-// The one C++ declaration of every moe_kernels op. Each architecture defines
+// The one C++ declaration of every moe_xarch op. Each architecture defines
 // these functions in csrc/arch/<arch>/ops.cpp with exactly these signatures; a
 // definition that drifts ("no declaration matches ...") fails that build.
-// The schemas live in package/moe_kernels/schemas.txt, the contract in the spec.
+// The schemas live in package/moe_xarch/schemas.txt, the contract in the spec.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace moe_kernels {
+namespace moe_xarch {
 
 at::Tensor fused_experts_cpu(const at::Tensor& hidden_states, const at::Tensor& w1,
                              const at::Tensor& w2, const at::Tensor& topk_weights,
@@ -39,4 +39,4 @@ std::vector<std::string> supported_isas();
 // the level is the one whose code ran (csrc/core/kernel_use.h).
 std::string kernel_use();
 
-}  // namespace moe_kernels
+}  // namespace moe_xarch

@@ -2,7 +2,7 @@
 
 The tolerances live here and nowhere else. ``make_moe_problem`` builds inputs for
 any method whose keyword arguments go unchanged to the wrapper
-(``moe_kernels.fused_experts``), the reference (``moe_kernels.reference``) and,
+(``moe_xarch.fused_experts``), the reference (``moe_xarch.reference``) and,
 through ``schema_args``, the raw op.
 """
 
@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-import moe_kernels
-from moe_kernels.quant import quantize_fp8_block, quantize_int8_per_channel
-from moe_kernels.ops import MoeCompMethod
+import moe_xarch
+from moe_xarch.quant import quantize_fp8_block, quantize_int8_per_channel
+from moe_xarch.ops import MoeCompMethod
 
 __all__ = [
     "ACTIVATIONS",
@@ -105,7 +105,7 @@ class MoeProblem:
     def _packed_weights(self) -> dict[str, torch.Tensor]:
         method = self.moe_comp_method
         return {
-            name: moe_kernels.convert_weight_packed(self.arguments[name], method)
+            name: moe_xarch.convert_weight_packed(self.arguments[name], method)
             for name in ("w1", "w2")
         }
 
@@ -145,7 +145,7 @@ def make_moe_problem(
     ``E`` experts and ``topk`` slots per token.
 
     Weights are scaled by 1/sqrt(fan-in) so every stage is O(1). Quantized methods
-    quantize the same float weights with ``moe_kernels.quant``; FP8 uses
+    quantize the same float weights with ``moe_xarch.quant``; FP8 uses
     ``block_size``. Each token has ``topk`` distinct experts; about
     ``unused_slot_fraction`` of the slots are -1, but never all of a row's.
     Biases, when asked for, are in ``bias_dtype`` (default: ``dtype``).

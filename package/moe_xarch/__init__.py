@@ -1,6 +1,6 @@
-"""moe-kernels: fused Mixture-of-Experts CPU kernels for PyTorch.
+"""moe-xarch: fused Mixture-of-Experts CPU kernels for PyTorch.
 
-Importing the package registers torch.ops.moe_kernels.*; `fused_experts` is the
+Importing the package registers torch.ops.moe_xarch.*; `fused_experts` is the
 typed entry point and `reference.fused_experts` the pure-torch oracle.
 """
 

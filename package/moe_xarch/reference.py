@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from moe_kernels.ops import MoeCompMethod
-from moe_kernels.quant import dequantize_fp8_block, quantize_int8_per_token
+from moe_xarch.ops import MoeCompMethod
+from moe_xarch.quant import dequantize_fp8_block, quantize_int8_per_token
 
 __all__ = ["IMPLEMENTED_METHODS", "fused_experts"]
 
@@ -92,9 +92,9 @@ def fused_experts(
     limit: float | None = None,
     is_vnni: bool = False,
 ) -> torch.Tensor:
-    """Compute what ``torch.ops.moe_kernels.fused_experts_cpu`` must return.
+    """Compute what ``torch.ops.moe_xarch.fused_experts_cpu`` must return.
 
-    Same arguments as ``moe_kernels.fused_experts`` (see the op contract) for
+    Same arguments as ``moe_xarch.fused_experts`` (see the op contract) for
     methods 0 (UNQUANT), 1 (INT8_W8A8) and 2 (FP8_W8A16), with unpacked weights.
     Checks only what the math needs; validating inputs is the kernel's job.
 

@@ -1,4 +1,4 @@
-"""Typed wrappers over torch.ops.moe_kernels and their fake (meta) implementations."""
+"""Typed wrappers over torch.ops.moe_xarch and their fake (meta) implementations."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def fused_experts(
             a string is not a number), naming it; the op raises RuntimeError for
             the rest of the spec's bad inputs.
     """
-    return torch.ops.moe_kernels.fused_experts_cpu(
+    return torch.ops.moe_xarch.fused_experts_cpu(
         hidden_states,
         w1,
         w2,
@@ -99,17 +99,17 @@ def _strict_float(name: str, value: object) -> float:
 
 def convert_weight_packed(weight: Tensor, moe_comp_method: int) -> Tensor:
     """Packs [E, rows, cols] weights for this machine's kernels (pass is_vnni=True)."""
-    return torch.ops.moe_kernels.convert_weight_packed(weight, _strict_int("moe_comp_method", moe_comp_method))
+    return torch.ops.moe_xarch.convert_weight_packed(weight, _strict_int("moe_comp_method", moe_comp_method))
 
 
 def isa() -> str:
-    """The kernel path in use, e.g. "avx512_bf16" or "neon" (MOE_KERNELS_ISA forces a lower one)."""
-    return torch.ops.moe_kernels.isa()
+    """The kernel path in use, e.g. "avx512_bf16" or "neon" (MOE_XARCH_ISA forces a lower one)."""
+    return torch.ops.moe_xarch.isa()
 
 
 def supported_isas() -> list[str]:
     """Every kernel path this CPU can run, lowest first."""
-    return list(torch.ops.moe_kernels.supported_isas())
+    return list(torch.ops.moe_xarch.supported_isas())
 
 
 KernelUse = dict[str, dict[str, int]]
@@ -123,7 +123,7 @@ def kernel_use(since: Mapping[str, Mapping[str, int]] | None = None) -> KernelUs
     The counters only grow, so nothing another caller does can lose counts: for the
     calls of a stretch of work, pass an earlier reading as ``since``.
     """
-    totals: KernelUse = json.loads(torch.ops.moe_kernels.kernel_use())
+    totals: KernelUse = json.loads(torch.ops.moe_xarch.kernel_use())
     if since is None:
         return totals
     calls: KernelUse = {}
@@ -135,11 +135,11 @@ def kernel_use(since: Mapping[str, Mapping[str, int]] | None = None) -> KernelUs
     return calls
 
 
-@torch.library.register_fake("moe_kernels::fused_experts_cpu")
+@torch.library.register_fake("moe_xarch::fused_experts_cpu")
 def _fused_experts_cpu_fake(hidden_states: Tensor, *args: object) -> Tensor:
     # The dispatcher picks this kernel when any argument is on the meta device,
     # whatever the others are on: a mixed call must fail here, as on the CPU.
-    arguments = torch.ops.moe_kernels.fused_experts_cpu.default._schema.arguments[1:]
+    arguments = torch.ops.moe_xarch.fused_experts_cpu.default._schema.arguments[1:]
     for argument, value in zip(arguments, args):
         if isinstance(value, Tensor) and value.device != hidden_states.device:
             raise RuntimeError(
@@ -149,8 +149,8 @@ def _fused_experts_cpu_fake(hidden_states: Tensor, *args: object) -> Tensor:
     return torch.empty_like(hidden_states)
 
 
-@torch.library.register_fake("moe_kernels::convert_weight_packed")
+@torch.library.register_fake("moe_xarch::convert_weight_packed")
 def _convert_weight_packed_fake(weight: Tensor, moe_comp_method: int) -> Tensor:
     experts, rows, cols = weight.shape
-    nbytes = torch.ops.moe_kernels.packed_nbytes(rows, cols, weight.dtype)
+    nbytes = torch.ops.moe_xarch.packed_nbytes(rows, cols, weight.dtype)
     return weight.new_empty((experts, nbytes), dtype=torch.uint8)
