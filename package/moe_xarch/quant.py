@@ -31,8 +31,10 @@ import torch
 __all__ = [
     "E2M1_VALUES",
     "E8M0_BIAS",
+    "E8M0_NAN",
     "FP8_MAX",
     "INT4_DEFAULT_ZERO",
+    "INT4_MAX",
     "INT8_MAX",
     "MXFP4_BLOCK",
     "dequantize_fp8_block",
