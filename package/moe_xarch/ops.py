@@ -158,7 +158,8 @@ def _check_int4_groups(scale: object, zero: object, weight: str, rows: int, cols
               " / G], got ", list(scale.shape))
     groups = scale.shape[2]
     if cols % groups:
-        _fail(name, " has ", groups, " groups a row, which do not divide ", dim, " = ", cols)
+        _fail(name, " has ", groups, " groups a row, which do not divide ", dim, " = ", cols, " (the group size G = ",
+              dim, " / ", name, ".shape[-1] must divide ", dim, ")")
     group = cols // groups
     if group % _BLOCK:
         _fail(name, " gives a group size G = ", dim, " / ", groups, " = ", group, ", which is not a multiple of ",
@@ -171,7 +172,7 @@ def _check_int4_groups(scale: object, zero: object, weight: str, rows: int, cols
     if not isinstance(zero, Tensor) or zero.dtype != torch.uint8:
         _fail(f"{weight}_zero must be uint8 (zero points in [0, 15]), got ", getattr(zero, "dtype", zero))
     if zero.shape != scale.shape:
-        _fail(f"{weight}_zero must have shape ", list(scale.shape), " (", name, "'s), got ", list(zero.shape))
+        _fail(f"{weight}_zero must have shape ", list(scale.shape), ", got ", list(zero.shape))
 
 
 def _check_mx_scale(scale: object, weight: str, rows: int, cols: int, dim: str, experts: int) -> None:
