@@ -18,9 +18,11 @@
 #include <cstdint>
 #include <cstring>
 
+#include "arch/x86/e4m3_bf16.h"
 #include "arch/x86/kernels_x86.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
+#include "core/scratch.h"
 
 namespace moe_xarch {
 namespace {
@@ -451,6 +453,10 @@ void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
   });
 }
 
+// gemm_bf16_fp8 widens once per call onto tiles whatever the rows (below
+// kMinRows it hands them to avx512_bf16's registers), so the driver never widens.
+bool takes_any_rows(int64_t) { return true; }
+
 // Tile-layout weights: no rearranging per call; below kMinRows rows of a,
 // where tiles would idle, avx512_bf16's AVX-512 kernels read them in place.
 void gemm_bf16_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
@@ -482,7 +488,7 @@ const KernelSet& kernels_amx() {
     set.gemm_bf16 = gemm_bf16;
     set.gemm_s8 = gemm_s8;
     set.gemm_bf16_fp8 = gemm_bf16_fp8;
-    set.gemm_bf16_fp8_rows = INT64_MAX;  // one widening per call, for any number of rows
+    set.gemm_bf16_fp8_takes = takes_any_rows;
     set.gemm_bf16_tiles = gemm_bf16_tiles;
     set.gemm_s8_tiles = gemm_s8_tiles;
     set.gemm_bf16_fp8_tiles = gemm_bf16_fp8_tiles;

@@ -8,6 +8,8 @@
 #include <cstring>
 
 #include "arch/x86/kernels_x86.h"
+#include "arch/x86/loop_nest.h"
+#include "arch/x86/e4m3_fp16.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 #include "core/row_kernels.h"
@@ -364,8 +366,13 @@ void fp8_to_f32(int64_t cols, const uint8_t* src, const float* scale, int64_t bl
   fp8_row(cols, src, scale, block_k, dst);
 }
 
-constexpr KernelSet kKernels =
-    row_kernels::compiled_here({gemm_f32, gemm_bf16, gemm_s8, fp8_to_bf16, fp8_to_f32, gemm_bf16_fp8});
+// Up to this many rows of a, widening fp8 in registers beats widening each
+// tile once for gemm_bf16.
+constexpr int64_t kFp8RegisterRows = 4;
+bool gemm_bf16_fp8_takes(int64_t m) { return m <= kFp8RegisterRows; }
+
+constexpr KernelSet kKernels = row_kernels::compiled_here(
+    {gemm_f32, gemm_bf16, gemm_s8, fp8_to_bf16, fp8_to_f32, gemm_bf16_fp8, gemm_bf16_fp8_takes});
 
 }  // namespace
 

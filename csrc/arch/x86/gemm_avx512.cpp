@@ -10,7 +10,9 @@
 
 #include <cstdint>
 
+#include "arch/x86/avx512_reduce.h"
 #include "arch/x86/kernels_x86.h"
+#include "arch/x86/loop_nest.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 #include "core/row_kernels.h"

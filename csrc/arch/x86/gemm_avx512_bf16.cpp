@@ -12,9 +12,13 @@
 
 #include <cstdint>
 
+#include "arch/x86/avx512_reduce.h"
+#include "arch/x86/e4m3_bf16.h"
 #include "arch/x86/kernels_x86.h"
+#include "arch/x86/loop_nest.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
+#include "core/scratch.h"
 #include "core/row_kernels.h"
 
 namespace moe_xarch {
@@ -359,8 +363,10 @@ MOE_X86_INLINE void fp8_block_rows(const Lines& lines, int64_t k, int64_t block_
   for (int r = 0; r < M; ++r) _mm512_storeu_ps(c + r * ldc, total[r]);
 }
 
-// Up to 4 rows of a: the instance for their count.
+// Up to this many rows of a, fp8 is widened in registers (an instance per
+// count), in either layout; more rows widen each block once.
 constexpr int kFp8TileRows = 4;
+bool gemm_bf16_fp8_takes(int64_t m) { return m <= kFp8TileRows; }
 
 template <class Lines>
 MOE_X86_INLINE void fp8_block(int rows, const Lines& lines, int64_t k, int64_t block_k,
@@ -475,7 +481,8 @@ void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
 
 constexpr KernelSet kKernels = [] {
   KernelSet set = row_kernels::compiled_here(
-      {avx512::gemm_f32, gemm_bf16, avx512::gemm_s8, fp8_to_bf16, avx512::fp8_to_f32, gemm_bf16_fp8});
+      {avx512::gemm_f32, gemm_bf16, avx512::gemm_s8, fp8_to_bf16, avx512::fp8_to_f32, gemm_bf16_fp8,
+       gemm_bf16_fp8_takes});
   set.gemm_bf16_tiles = gemm_bf16_tiles;
   set.gemm_s8_tiles = gemm_s8_tiles;
   set.gemm_bf16_fp8_tiles = gemm_bf16_fp8_tiles;
