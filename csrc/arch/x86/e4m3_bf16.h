@@ -143,7 +143,7 @@ MOE_X86_INLINE __m512i fp8_scaled_bf16(const E4m3ToBF16& e4m3_to_bf16, const uin
 }
 // One 16-row block of fp8 b in the line layout (fp8_line_byte), every line
 // that k reaches rounded up to 32 values (the layout's padding is zeros),
-// widened into bf16 in the tile layout (kernels.h): line q into the 64-byte
+// widened into bf16 in the tile layout (core/packed_layout.h): line q into the 64-byte
 // lines 2 q and 2 q + 1, the block's pairs of K in order - contiguous tiles
 // for AMX, one stream for AVX-512. Each half (16 rows' bf16 pairs, lane r =
 // row r) is stored as line(q, half) makes it, called for q in order.

@@ -109,7 +109,7 @@ MOE_X86_INLINE void transpose16x16(__m512i (&r)[16]) {
 }
 
 // Rows [0, rows) of b (rows <= 16, the rest zero), k_bytes of each, as a
-// panel in the tile layout (kernels.h): the tile of K bytes [p, p + 64) is
+// panel in the tile layout (core/packed_layout.h): the tile of K bytes [p, p + 64) is
 // the 1 KiB from panel + 16 p, its row g holding 4-byte group g of those
 // bytes (2 bf16 or 4 int8 values of K) of each of the 16 rows of b.
 void pack_panel(const uint8_t* b, int64_t ldb, int rows, int64_t k_bytes, uint8_t* panel) {
@@ -196,7 +196,7 @@ void tile_gemm(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t 
       dot, finish);
 }
 
-// b already in the tile layout (packing.h): its panels are read in place.
+// b already in the tile layout (core/packed_layout.h): its panels are read in place.
 template <class Dot, class Finish>
 void tile_gemm_packed(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t lda, const uint8_t* b,
                       Dot dot, Finish finish) {
@@ -364,8 +364,8 @@ class RowsOfA {
 // one block of K at a time, each block's sums added into fp32 totals times
 // its columns' scales (the scales never touch the widened values, as in
 // avx512_bf16's kernel). Widening all of K before the tiles keeps the loads of
-// b in flight back to back (measured: ~25% faster at M = 128 than widening a
-// block of K at a time into L1). Blocks of K are whole tile rows.
+// b in flight back to back, where widening a block of K at a time into L1
+// stalls on each. Blocks of K are whole tile rows.
 template <class Widen>
 void fp8_tile_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const Fp8Scales& scales,
                    float* c, int64_t ldc, Widen widen) {

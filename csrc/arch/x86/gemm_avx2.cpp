@@ -1,7 +1,7 @@
 // AVX2 + FMA kernels: 8-lane fp32 / int32 accumulators along K in register
 // tiles sized for 16 ymm registers (3x4 f32, 2x4 bf16 and int8; 1x8 for
 // m = 1), K tails through a zero-padded copy. The loop nest around the tiles
-// is kernels_x86.h's.
+// is loop_nest.h's.
 #include <immintrin.h>
 
 #include <cstdint>

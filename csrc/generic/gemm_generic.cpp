@@ -1,6 +1,7 @@
 // The portable kernels: plain loops the compiler may vectorize for the
 // architecture's baseline. Every architecture builds them (the "generic"
-// level), so the same answers are always one MOE_XARCH_ISA away.
+// level, the first of every ladder), so the same answers are always one
+// MOE_XARCH_ISA away; csrc/arch/other/ is the port that has nothing else.
 #include <cmath>
 #include <cstring>
 #include <limits>
