@@ -5,7 +5,7 @@ built tree), loaded next to this one: each build registers its ops under its
 own namespace, which is found by what the library adds (a build of the same
 namespace as this one cannot be told apart and is refused). Both builds get
 the same inputs, each packs its own weights, and their calls are interleaved
-call by call (moe_bench.time_interleaved). Reported per (shape, method, M,
+call by call, which goes first alternating (time_pairs). Reported per (shape, method, M,
 threads): the median ms of each, the ratio of medians (baseline / this build:
 above 1 is faster) and the spread of the ratios of paired calls (25th-75th
 percentile); and whether both builds' outputs are the same bytes.
@@ -27,7 +27,7 @@ import torch
 
 import moe_xarch  # noqa: F401  (registers this build's ops)
 from benchmarks.moe_bench import (
-    METHODS, MoeShape, Key, activation_kwargs, make_routings, make_weights, prepare_method, time_interleaved)
+    METHODS, ROUTINGS, MoeShape, activation_kwargs, make_routings, make_weights, prepare_method)
 
 FUSED = "fused_experts_cpu"
 
@@ -71,6 +71,35 @@ class AbResult:
     same_bytes: bool
 
 
+def time_pairs(calls: dict[str, tuple[Callable[[int], object], Callable[[int], object]]], budget_s: float,
+               min_iterations: int, max_iterations: int) -> tuple[dict[str, tuple[list[float], list[float]]], int]:
+    """Milliseconds per call of each build, call by call, routing r = iteration % ROUTINGS; the build that
+    goes first alternates every iteration, so neither always runs right after the other's weights."""
+    def one(fn: Callable[[int], object], r: int) -> float:
+        start = time.perf_counter()
+        fn(r)
+        return (time.perf_counter() - start) * 1e3
+
+    start = time.perf_counter()
+    for this, base in calls.values():
+        one(this, ROUTINGS - 1), one(base, ROUTINGS - 1)
+    per_iteration = time.perf_counter() - start
+    iterations = int(min(max_iterations, max(min_iterations, budget_s / max(per_iteration, 1e-6))))
+    samples: dict[str, tuple[list[float], list[float]]] = {method: ([], []) for method in calls}
+    for iteration in range(iterations):
+        r = iteration % ROUTINGS
+        for method, (this, base) in calls.items():
+            if iteration % 2:
+                b = one(base, r)
+                a = one(this, r)
+            else:
+                a = one(this, r)
+                b = one(base, r)
+            samples[method][0].append(a)
+            samples[method][1].append(b)
+    return samples, iterations
+
+
 def quartiles(values: list[float]) -> tuple[float, float]:
     q = statistics.quantiles(values, n=4)
     return q[0], q[2]
@@ -103,26 +132,22 @@ def run_shape(shape: MoeShape, methods: list[str], tokens_list: list[int], threa
                               act.get("limit"), True)
             return lambda r: getattr(op, FUSED)(*args(r))
 
-        contenders: dict[Key, Callable[[int], object]] = {}
-        same: dict[tuple[str, int], bool] = {}
         for threads in threads_list:
             torch.set_num_threads(threads)
+            calls = {method: (call("this", method), call("baseline", method)) for method in methods}
+            same = {method: all(torch.equal(this(r), base(r)) for r in range(len(routings)))
+                    for method, (this, base) in calls.items()}
+            began = time.perf_counter()
+            samples, iterations = time_pairs(calls, budget_s, min_iterations, max_iterations)
             for method in methods:
-                this, base = call("this", method), call("baseline", method)
-                same[(method, threads)] = all(torch.equal(this(r), base(r)) for r in range(len(routings)))
-                contenders[Key("this", method, threads)] = this
-                contenders[Key("baseline", method, threads)] = base
-        began = time.perf_counter()
-        samples, iterations = time_interleaved(contenders, budget_s, min_iterations, max_iterations)
-        for threads in threads_list:
-            for method in methods:
-                a, b = samples[Key("this", method, threads)], samples[Key("baseline", method, threads)]
+                a, b = samples[method]
                 p25, p75 = quartiles([bi / ai for ai, bi in zip(a, b)])
                 results.append(AbResult(shape.name, method, tokens, threads, iterations, statistics.median(a),
                                         statistics.median(b), statistics.median(b) / statistics.median(a), p25, p75,
-                                        same[(method, threads)]))
-        print(f"[{shape.name}] M={tokens}: {iterations} iterations of {len(contenders)} interleaved calls in "
-              f"{time.perf_counter() - began:.0f} s, load {os.getloadavg()[0]:.1f}", flush=True)
+                                        same[method]))
+            print(f"[{shape.name}] M={tokens}, {threads} thread(s): {iterations} iterations of {2 * len(calls)} "
+                  f"interleaved calls in {time.perf_counter() - began:.0f} s, load {os.getloadavg()[0]:.1f}",
+                  flush=True)
     return results
 
 
