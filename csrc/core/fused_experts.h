@@ -1,6 +1,6 @@
-// The architecture-neutral body of fused_experts_cpu: argument checks, routing,
-// the two expert GEMMs with their epilogues, and the top-k reduction. Each
-// architecture's ops.cpp calls it with its kernel set and packing tag.
+// The architecture-neutral body of fused_experts_cpu: its argument checks and
+// its driver (the phases in core/phases.h). Each architecture's ops.cpp calls
+// it with its kernel set and packing tag.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -8,8 +8,8 @@
 #include <optional>
 
 #include "core/kernels.h"
-#include "core/methods.h"
 #include "core/packing.h"
+#include "core/problem.h"
 
 namespace moe_xarch {
 
@@ -32,44 +32,6 @@ struct FusedExpertsArgs {
   std::optional<double> alpha;
   std::optional<double> limit;
   bool is_vnni;
-};
-
-enum class Activation { kSiluAndMul, kSwiglu };
-
-// How the GEMMs compute: bf16 dot products, fp32 FMA, or int8 dot products.
-enum class ComputeType { kBF16, kF32, kInt8 };
-
-// One of w1 / w2 after checking: where expert e's rows are and how to scale them.
-struct WeightOperand {
-  at::ScalarType dtype;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  bool packed = false;
-  bool tiles = false;  // packed in PackLayout::kTiles16
-  const at::Tensor* tensor = nullptr;
-  const float* channel_scale = nullptr;  // INT8: [E, rows]
-  const float* block_scale = nullptr;    // FP8: [E, ceil(rows/bn), ceil(cols/bk)]
-  int64_t scale_rows = 0;
-  int64_t scale_cols = 0;
-  const float* bias = nullptr;           // [E, rows], fp32
-
-  const uint8_t* expert_rows(int64_t expert, int64_t* ld, const int32_t** row_sums) const;
-};
-
-// Everything the driver needs, checked against the spec; owns fp32 copies of
-// the small tensors it converts (routing weights, biases, scales).
-struct MoeProblem {
-  int64_t tokens = 0, hidden = 0, inter = 0, experts = 0, topk = 0;  // M, K, N, E, topk
-  Method method = Method::kUnquant;
-  at::ScalarType act_dtype;
-  ComputeType compute = ComputeType::kF32;
-  Activation activation = Activation::kSiluAndMul;
-  float alpha = 0.f;
-  std::optional<float> limit;
-  int64_t block_n = 0, block_k = 0;
-  WeightOperand w1, w2;
-  at::Tensor topk_weights, topk_ids;  // fp32, int64
-  at::Tensor owned[4];                // converted biases and scales kept alive
 };
 
 // tiles: the running level reads packed weights in the tile layout.

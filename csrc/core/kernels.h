@@ -18,11 +18,9 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace moe_xarch {
+#include "core/packed_layout.h"
 
-// Packed weight rows and the driver's activation buffers are padded to this
-// many elements and aligned to this many bytes.
-inline constexpr int64_t kPackAlign = 64;
+namespace moe_xarch {
 
 using GemmF32Fn = void (*)(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                            const float* b, int64_t ldb, float* c, int64_t ldc);
@@ -62,6 +60,10 @@ using GemmBF16Fp8Fn = void (*)(int64_t m, int64_t n, int64_t k, const uint16_t* 
                                const uint8_t* b, int64_t ldb, const Fp8Scales& scales, float* c,
                                int64_t ldc);
 
+// Whether a kernel takes m rows of a (see KernelSet::gemm_bf16_fp8_takes).
+using TakesRowsFn = bool (*)(int64_t m);
+bool takes_no_rows(int64_t m);
+
 // The driver's row loops (core/row_kernels.h), compiled by each level.
 using SiluAndMulFn = void (*)(int64_t n, const float* gate, const float* up, const float* gate_bias,
                               const float* up_bias, float* out);
@@ -74,12 +76,6 @@ void fp8_to_bf16_generic(int64_t cols, const uint8_t* src, const float* scale, i
                          uint16_t* dst);
 void fp8_to_f32_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
                         float* dst);
-
-// This thread's scratch for one use, at least `bytes` of it, 64-byte aligned
-// and kept for its next call; each use has its own buffer, so a kernel may
-// hold one while a kernel it calls takes another.
-enum class ScratchUse { kPanels, kRowsOfA, kFp8Block };
-uint8_t* thread_scratch(ScratchUse use, int64_t bytes);
 
 // The row loops built for the architecture's baseline.
 void silu_and_mul_generic(int64_t n, const float* gate, const float* up, const float* gate_bias,
@@ -94,23 +90,20 @@ struct KernelSet {
   GemmS8Fn gemm_s8;
   Fp8ToBF16Fn fp8_to_bf16 = fp8_to_bf16_generic;
   Fp8ToF32Fn fp8_to_f32 = fp8_to_f32_generic;
-  GemmBF16Fp8Fn gemm_bf16_fp8 = nullptr;  // null: the driver widens fp8 tiles for gemm_bf16 instead
-  // Up to this many rows of a, the driver hands fp8 weights to gemm_bf16_fp8;
-  // above, it widens each tile once for all of them (a kernel that widens in
-  // registers redoes it per few rows).
-  int64_t gemm_bf16_fp8_rows = 4;
-  // The GEMMs above with b in the tile layout (null: the level reads rows only).
-  // A level that has them is given bf16 and int8 weights in that layout by
-  // convert_weight_packed wherever it applies (packing.h): each 16-row block of
-  // b (ldb values a row) is a run of 64-byte lines, line q holding bytes
-  // [4 q, 4 q + 4) of K of each of its 16 rows in turn (tile_byte below): 16
-  // lines are an AMX tile, and AVX-512 streams a block as one run. b points
-  // at a block, n is a multiple of 16 and k == ldb.
+  GemmBF16Fp8Fn gemm_bf16_fp8 = nullptr;
+  // Whether gemm_bf16_fp8 takes fp8 weights in the row layout for m rows of
+  // a; if not, the driver widens each tile once for all rows, for gemm_bf16.
+  // The level's own choice: a kernel that widens in registers redoes it for
+  // every few rows.
+  TakesRowsFn gemm_bf16_fp8_takes = takes_no_rows;
+  // The GEMMs above with b in the tile layout (core/packed_layout.h; null:
+  // the level reads rows only). A level that has all three is given bf16 and
+  // int8 weights in the tile layout, fp8 in the line layout, wherever they
+  // apply. b points at a 16-row block, n is a multiple of 16 and k == ldb; for
+  // fp8, any number of rows of a, k the logical width (block scales end
+  // there) and ldb the padded one.
   GemmBF16Fn gemm_bf16_tiles = nullptr;
   GemmS8Fn gemm_s8_tiles = nullptr;
-  // fp8 b in the line layout instead (fp8_line_byte below), for any number of
-  // rows of a; k is the logical width (block scales end there), ldb the padded
-  // one. A level with it is given fp8 weights in that layout.
   GemmBF16Fp8Fn gemm_bf16_fp8_tiles = nullptr;
   SiluAndMulFn silu_and_mul = silu_and_mul_generic;
   SwigluFn swiglu = swiglu_generic;
@@ -121,31 +114,6 @@ struct KernelSet {
     return gemm_bf16_tiles != nullptr && gemm_s8_tiles != nullptr && gemm_bf16_fp8_tiles != nullptr;
   }
 };
-
-// The fp8 line layout (KernelSet::gemm_bf16_fp8_tiles): each 16-row block of
-// b is a stream of 64-byte lines, line q holding values [4 q, 4 q + 4) of K
-// of each of the 16 rows. One pass front to back reads a whole block, and a
-// line widens into two rows of a bf16 tile. Each 16 bytes hold 4 rows, their
-// first pairs of values in the low 8 bytes and their second pairs in the high
-// 8, so the byte interleave that widens them stays within 128-bit lanes.
-// Internal linkage: this header is compiled under every level's ISA flags,
-// and no level's copy of a function may serve another.
-namespace {
-
-// Byte x of K of row r of a 16-row block in the tile layout sits at byte:
-constexpr int64_t tile_byte(int64_t r, int64_t x) { return x / 4 * 64 + r * 4 + x % 4; }
-
-// Value p of row r of a block in the fp8 line layout sits at byte:
-constexpr int64_t fp8_line_byte(int64_t r, int64_t p) {
-  return p / 4 * 64 + r / 4 * 16 + p % 4 / 2 * 8 + r % 4 * 2 + p % 2;
-}
-
-// Row r of a 16-row block in the line layout, its first cols values, into dst.
-inline void fp8_line_row(const uint8_t* block, int64_t r, int64_t cols, uint8_t* dst) {
-  for (int64_t p = 0; p < cols; ++p) dst[p] = block[fp8_line_byte(r, p)];
-}
-
-}  // namespace
 
 // The portable path: plain C++, built on every architecture.
 const KernelSet& kernels_generic();

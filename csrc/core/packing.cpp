@@ -13,6 +13,7 @@
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 #include "core/methods.h"
+#include "core/packed_layout.h"
 #include "moe_xarch.h"
 
 namespace moe_xarch {
@@ -23,10 +24,8 @@ namespace {
 constexpr uintptr_t kPackedAddressAlign = 4;
 
 constexpr char kMagic[8] = {'M', 'O', 'E', 'K', 'P', 'A', 'C', 'K'};
-// What a layout's bytes mean. Bump it with any change to that (2: the fp8
-// line layout's order within 16 bytes; 3: the tile layout's blocks as one
-// run of lines; 4: the header's checksum), so older packs are refused, not
-// misread.
+// What a layout's bytes mean. Bump it with any change to that, so older packs
+// are refused, not misread.
 constexpr uint32_t kVersion = 4;
 
 const char* arch_name(uint32_t arch) {
@@ -36,34 +35,6 @@ const char* arch_name(uint32_t arch) {
     case PackArch::kGeneric: return "generic";
   }
   return "unknown";
-}
-
-// Where the tile layout (fp8: the line layout) applies (see packing.h).
-bool tiles_apply(int64_t rows, at::ScalarType dtype) {
-  return (dtype == at::kBFloat16 || dtype == at::kChar || dtype == at::kFloat8_e4m3fn) && rows % 32 == 0;
-}
-
-// fp8 rows into the line layout (fp8_line_byte), blocks of 16 rows row_bytes a
-// row as in store_tiles.
-void store_fp8_lines(const uint8_t* src, int64_t rows, int64_t cols, int64_t row_bytes, uint8_t* dst) {
-  for (int64_t r = 0; r < rows; ++r) {
-    uint8_t* block = dst + (r / 16) * 16 * row_bytes;
-    for (int64_t p = 0; p < cols; ++p) block[fp8_line_byte(r % 16, p)] = src[r * cols + p];
-  }
-}
-
-// Rows [16 b, 16 b + 16) of src (cols values of elem bytes a row) into block
-// b of the tile layout (tile_byte), row_bytes (>= cols * elem) a row.
-void store_tiles(const uint8_t* src, int64_t rows, int64_t cols, int64_t elem, int64_t row_bytes,
-                 uint8_t* dst) {
-  const int64_t col_bytes = cols * elem;
-  for (int64_t r = 0; r < rows; ++r) {
-    uint8_t* block = dst + (r / 16) * 16 * row_bytes;
-    const uint8_t* row = src + r * col_bytes;
-    for (int64_t x = 0; x < col_bytes; x += 4) {
-      std::memcpy(block + tile_byte(r % 16, x), row + x, static_cast<size_t>(std::min<int64_t>(4, col_bytes - x)));
-    }
-  }
 }
 
 // FNV-1a of the header's fields before the checksum.
@@ -147,28 +118,7 @@ at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackA
       uint8_t* block = dst + e * block_bytes;
       std::memset(block, 0, block_bytes);
       std::memcpy(block, &header, sizeof(header));
-      const uint8_t* expert_src = src + e * rows * cols * elem;
-      if (layout == PackLayout::kTiles16) {
-        if (dtype == at::kFloat8_e4m3fn) {
-          store_fp8_lines(expert_src, rows, cols, header.ld, block + kPackedHeaderBytes);
-        } else {
-          store_tiles(expert_src, rows, cols, elem, header.ld * elem, block + kPackedHeaderBytes);
-        }
-      } else {
-        for (int64_t r = 0; r < rows; ++r) {
-          std::memcpy(block + kPackedHeaderBytes + r * header.ld * elem, expert_src + r * cols * elem,
-                      cols * elem);
-        }
-      }
-      if (header.sums_offset) {
-        auto* sums = reinterpret_cast<int32_t*>(block + header.sums_offset);
-        const auto* values = reinterpret_cast<const int8_t*>(expert_src);
-        for (int64_t r = 0; r < rows; ++r) {
-          int32_t sum = 0;
-          for (int64_t c = 0; c < cols; ++c) sum += values[r * cols + c];
-          sums[r] = sum;
-        }
-      }
+      write_expert(src + e * rows * cols * elem, header, block);
     }
   });
   return packed;

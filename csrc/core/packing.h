@@ -1,18 +1,10 @@
-// The packed weight layout made by convert_weight_packed (is_vnni=True).
-//
-// A packed tensor is uint8 [E, packed_nbytes(rows, cols, dtype)]. Each expert's
-// block starts with a 64-byte header that makes it self-describing, so that a
-// tensor which did not come from convert_weight_packed, came from another
-// architecture or was altered since (the header's checksum), is refused
-// instead of read as garbage. After the header: the
-// rows, each padded with zeros to a multiple of kPackAlign values and aligned
-// to kPackAlign bytes (kernels run tail-free on them); for int8, the int32 row
-// sums that x86's unsigned*signed VNNI path needs. A level with tile GEMMs
-// (KernelSet::gemm_bf16_tiles) gets its bf16 and int8 values in their tile
-// layout instead, and fp8 in the line layout (kernels.h), once, where the row
-// count is a multiple of 32 (so the driver's row blocks, and the up half of
-// w1, start on 16-row blocks); the header says which, and a level that cannot
-// read it refuses the tensor.
+// The packed weights made by convert_weight_packed (is_vnni=True): their
+// layouts are described in core/packed_layout.h. Each expert's block starts
+// with a 64-byte header that makes it self-describing, so that a tensor which
+// did not come from convert_weight_packed, came from another architecture or
+// was altered since (the header's checksum), is refused instead of read as
+// garbage; it says which layout follows, and a level that cannot read that
+// layout refuses the tensor.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -58,10 +50,17 @@ at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackA
 PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch arch, bool tiles);
 
 // Checks that an expert of a checked packed tensor carries expert 0's header.
-// Each header is a cache miss, so a call checks the experts it reads: a decode
-// call reads a few of them (checking all 64 took ~30 us of a 1.7 ms call).
+// Each header is a cache miss, so a call checks only the experts it reads.
 void check_packed_expert(const at::Tensor& packed, const char* name, int64_t expert);
 
 PackedView packed_expert(const at::Tensor& packed, int64_t expert);
+
+// The layouts' writers (core/packed_layout.cpp). Whether the tile layout (fp8:
+// the line layout) applies to a weight of `rows` rows of `dtype`:
+bool tiles_apply(int64_t rows, at::ScalarType dtype);
+
+// One expert's rows x cols values (src, unpadded) into its zeroed block
+// after the header, in the header's layout, with its row sums if it has them.
+void write_expert(const uint8_t* src, const PackedHeader& header, uint8_t* block);
 
 }  // namespace moe_xarch

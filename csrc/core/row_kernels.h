@@ -35,7 +35,7 @@ inline __attribute__((always_inline)) float exp_approx(float x) {
   // x is clamped to [-87, 88] on its bits, by integer min: a float min is a
   // select, and GCC pushes the division that follows into both of its arms,
   // dividing every lane by the constant e^88 too - a denormal result, and a
-  // microcode assist that made the loop 10x slower.
+  // microcode assist on every lane.
   uint32_t bits;
   std::memcpy(&bits, &x, sizeof(bits));
   bits = std::min(bits, 0xc2ae0000u);  // -87.f; negative floats order by magnitude as unsigned

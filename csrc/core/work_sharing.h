@@ -2,10 +2,8 @@
 //
 // Each thread owns a contiguous run of items and takes them front to back,
 // so the weights it reads stream as one run; a thread whose run is done takes
-// the last items left in the others' runs. Threads share memory bandwidth
-// unevenly: with equal runs alone, the first thread done waited ~10% of
-// phase 2 of a decode call (2 threads, int8, M = 1); sharing made such calls
-// 0-3% faster.
+// the last items left in the others' runs: threads share memory bandwidth
+// unevenly, so equal runs alone leave the first thread done waiting.
 #pragma once
 
 #include <ATen/Parallel.h>

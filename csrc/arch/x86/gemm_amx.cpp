@@ -18,9 +18,11 @@
 #include <cstdint>
 #include <cstring>
 
+#include "arch/x86/e4m3_bf16.h"
 #include "arch/x86/kernels_x86.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
+#include "core/scratch.h"
 
 namespace moe_xarch {
 namespace {
@@ -107,7 +109,7 @@ MOE_X86_INLINE void transpose16x16(__m512i (&r)[16]) {
 }
 
 // Rows [0, rows) of b (rows <= 16, the rest zero), k_bytes of each, as a
-// panel in the tile layout (kernels.h): the tile of K bytes [p, p + 64) is
+// panel in the tile layout (core/packed_layout.h): the tile of K bytes [p, p + 64) is
 // the 1 KiB from panel + 16 p, its row g holding 4-byte group g of those
 // bytes (2 bf16 or 4 int8 values of K) of each of the 16 rows of b.
 void pack_panel(const uint8_t* b, int64_t ldb, int rows, int64_t k_bytes, uint8_t* panel) {
@@ -194,7 +196,7 @@ void tile_gemm(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t 
       dot, finish);
 }
 
-// b already in the tile layout (packing.h): its panels are read in place.
+// b already in the tile layout (core/packed_layout.h): its panels are read in place.
 template <class Dot, class Finish>
 void tile_gemm_packed(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t lda, const uint8_t* b,
                       Dot dot, Finish finish) {
@@ -362,8 +364,8 @@ class RowsOfA {
 // one block of K at a time, each block's sums added into fp32 totals times
 // its columns' scales (the scales never touch the widened values, as in
 // avx512_bf16's kernel). Widening all of K before the tiles keeps the loads of
-// b in flight back to back (measured: ~25% faster at M = 128 than widening a
-// block of K at a time into L1). Blocks of K are whole tile rows.
+// b in flight back to back, where widening a block of K at a time into L1
+// stalls on each. Blocks of K are whole tile rows.
 template <class Widen>
 void fp8_tile_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const Fp8Scales& scales,
                    float* c, int64_t ldc, Widen widen) {
@@ -451,6 +453,10 @@ void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
   });
 }
 
+// gemm_bf16_fp8 widens once per call onto tiles whatever the rows (below
+// kMinRows it hands them to avx512_bf16's registers), so the driver never widens.
+bool takes_any_rows(int64_t) { return true; }
+
 // Tile-layout weights: no rearranging per call; below kMinRows rows of a,
 // where tiles would idle, avx512_bf16's AVX-512 kernels read them in place.
 void gemm_bf16_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
@@ -482,7 +488,7 @@ const KernelSet& kernels_amx() {
     set.gemm_bf16 = gemm_bf16;
     set.gemm_s8 = gemm_s8;
     set.gemm_bf16_fp8 = gemm_bf16_fp8;
-    set.gemm_bf16_fp8_rows = INT64_MAX;  // one widening per call, for any number of rows
+    set.gemm_bf16_fp8_takes = takes_any_rows;
     set.gemm_bf16_tiles = gemm_bf16_tiles;
     set.gemm_s8_tiles = gemm_s8_tiles;
     set.gemm_bf16_fp8_tiles = gemm_bf16_fp8_tiles;

@@ -1,13 +1,15 @@
 // AVX2 + FMA kernels: 8-lane fp32 / int32 accumulators along K in register
 // tiles sized for 16 ymm registers (3x4 f32, 2x4 bf16 and int8; 1x8 for
 // m = 1), K tails through a zero-padded copy. The loop nest around the tiles
-// is kernels_x86.h's.
+// is loop_nest.h's.
 #include <immintrin.h>
 
 #include <cstdint>
 #include <cstring>
 
 #include "arch/x86/kernels_x86.h"
+#include "arch/x86/loop_nest.h"
+#include "arch/x86/e4m3_fp16.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 #include "core/row_kernels.h"
@@ -364,8 +366,13 @@ void fp8_to_f32(int64_t cols, const uint8_t* src, const float* scale, int64_t bl
   fp8_row(cols, src, scale, block_k, dst);
 }
 
-constexpr KernelSet kKernels =
-    row_kernels::compiled_here({gemm_f32, gemm_bf16, gemm_s8, fp8_to_bf16, fp8_to_f32, gemm_bf16_fp8});
+// Up to this many rows of a, widening fp8 in registers beats widening each
+// tile once for gemm_bf16.
+constexpr int64_t kFp8RegisterRows = 4;
+bool gemm_bf16_fp8_takes(int64_t m) { return m <= kFp8RegisterRows; }
+
+constexpr KernelSet kKernels = row_kernels::compiled_here(
+    {gemm_f32, gemm_bf16, gemm_s8, fp8_to_bf16, fp8_to_f32, gemm_bf16_fp8, gemm_bf16_fp8_takes});
 
 }  // namespace
 

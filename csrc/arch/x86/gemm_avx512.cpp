@@ -1,6 +1,6 @@
 // AVX-512 (F, BW, VL, DQ, VNNI) kernels: 4x4 register tiles of 16-lane fp32 or
 // int32 accumulators along K (1x8 for m = 1), K tails by masked loads. The
-// loop nest around the tiles is kernels_x86.h's.
+// loop nest around the tiles is loop_nest.h's.
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its own
 // -Wmaybe-uninitialized then reports once inlined (GCC PR 105593).
@@ -10,7 +10,9 @@
 
 #include <cstdint>
 
+#include "arch/x86/avx512_reduce.h"
 #include "arch/x86/kernels_x86.h"
+#include "arch/x86/loop_nest.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 #include "core/row_kernels.h"

@@ -12,9 +12,13 @@
 
 #include <cstdint>
 
+#include "arch/x86/avx512_reduce.h"
+#include "arch/x86/e4m3_bf16.h"
 #include "arch/x86/kernels_x86.h"
+#include "arch/x86/loop_nest.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
+#include "core/scratch.h"
 #include "core/row_kernels.h"
 
 namespace moe_xarch {
@@ -49,7 +53,7 @@ struct DpBF16 {
 struct Fp8Tiles {
   static constexpr int kMR = 4;
   static constexpr int kNR = 2;
-  static constexpr int kNR1 = 4;  // measured: as fast as 8 at m = 1, without register spills
+  static constexpr int kNR1 = 4;  // as fast as 8 at m = 1, without register spills
   static constexpr int64_t kKBlock = 0;
   static constexpr int64_t kStep = 64;
   using T = uint8_t;
@@ -93,8 +97,8 @@ struct Fp8Tiles {
     }
     for (int q = 0; q < NR; ++q) {
       // The weights stream from memory once: prefetch the rows that come
-      // next, one 64-byte line a step, into L2 (measured ~5% faster than into
-      // L1, whose 48 KiB the lines would crowd a whole tile early).
+      // next, one 64-byte line a step, into L2 rather than L1, whose 48 KiB
+      // the lines would crowd a whole tile early.
       __builtin_prefetch(pb[q] + ahead + p, 0, 2);
       const __m512i bytes = kTail ? _mm512_maskz_loadu_epi8(lanes, pb[q] + p) : _mm512_loadu_si512(pb[q] + p);
       const auto vb = kInLanes ? e4m3_to_bf16.in_lanes(bytes) : e4m3_to_bf16(bytes);
@@ -136,7 +140,7 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, 
 
 // How far ahead of the row being widened to prefetch: the weights come from
 // memory once, and a prefetch in flight keeps more of them coming than the
-// hardware prefetcher alone (measured ~20% at K = 2048, one thread).
+// hardware prefetcher alone.
 constexpr int64_t kWidenAhead = 1024;
 
 // 32 values at a time (x86::fp8_scaled_bf16).
@@ -154,11 +158,10 @@ void fp8_to_bf16(int64_t cols, const uint8_t* src, const float* scale, int64_t b
   }
 }
 
-// The tile layout (kernels.h): each 64-byte line of a 16-column block holds
+// The tile layout (core/packed_layout.h): each 64-byte line of a 16-column block holds
 // one 4-byte group of K of its 16 columns, so a block streams from memory as
 // one run, and a line times a row's group of a, broadcast, adds into 16
-// column sums in lanes - no horizontal sums. (Measured at one thread, K =
-// 2048: 26 GB/s where rows read 4 KiB apart reached 19.)
+// column sums in lanes - no horizontal sums, and no rows read 4 KiB apart.
 constexpr int kBlockCols = 16;
 constexpr int64_t kLineBytes = 64;
 
@@ -310,8 +313,8 @@ void gemm_s8_tiles(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda
 struct Fp8Lines {
   const x86::E4m3ToBF16& e4m3_to_bf16;
   const uint8_t* block;
-  // The hardware prefetcher alone left decode ~15% slower (measured at 1
-  // thread on an AMX machine); into L2 only, ~2% slower.
+  // Prefetched into L1: the hardware prefetcher alone, or into L2 only,
+  // leaves decode waiting on the weights.
   static constexpr int64_t kAhead = 4096;
   MOE_X86_INLINE x86::E4m3ToBF16::Halves operator()(int64_t q) const {
     _mm_prefetch(reinterpret_cast<const char*>(block + kLineBytes * q + kAhead), _MM_HINT_T0);
@@ -359,8 +362,10 @@ MOE_X86_INLINE void fp8_block_rows(const Lines& lines, int64_t k, int64_t block_
   for (int r = 0; r < M; ++r) _mm512_storeu_ps(c + r * ldc, total[r]);
 }
 
-// Up to 4 rows of a: the instance for their count.
+// Up to this many rows of a, fp8 is widened in registers (an instance per
+// count), in either layout; more rows widen each block once.
 constexpr int kFp8TileRows = 4;
+bool gemm_bf16_fp8_takes(int64_t m) { return m <= kFp8TileRows; }
 
 template <class Lines>
 MOE_X86_INLINE void fp8_block(int rows, const Lines& lines, int64_t k, int64_t block_k,
@@ -437,8 +442,7 @@ void widen_fp8_lines_scaled(const x86::E4m3ToBF16& e4m3_to_bf16, const uint8_t* 
 // fp8 in the line layout: up to 4 rows of a widen each line in registers.
 // More rows widen 4 blocks at a time once, scales folded in, and run them as
 // the bf16 GEMM does, its tiles sharing each broadcast row of a among the 4
-// blocks. Against one block at a time with the scales kept apart: 1.1-1.2x
-// faster at M = 128 and 512 (2 threads, DeepSeek and Qwen3 shapes).
+// blocks, rather than one block at a time with the scales kept apart.
 void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
                          int64_t ldb, const Fp8Scales& sc, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmBF16Fp8Tiles);
@@ -475,7 +479,8 @@ void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
 
 constexpr KernelSet kKernels = [] {
   KernelSet set = row_kernels::compiled_here(
-      {avx512::gemm_f32, gemm_bf16, avx512::gemm_s8, fp8_to_bf16, avx512::fp8_to_f32, gemm_bf16_fp8});
+      {avx512::gemm_f32, gemm_bf16, avx512::gemm_s8, fp8_to_bf16, avx512::fp8_to_f32, gemm_bf16_fp8,
+       gemm_bf16_fp8_takes});
   set.gemm_bf16_tiles = gemm_bf16_tiles;
   set.gemm_s8_tiles = gemm_s8_tiles;
   set.gemm_bf16_fp8_tiles = gemm_bf16_fp8_tiles;

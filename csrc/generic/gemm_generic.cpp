@@ -1,13 +1,10 @@
 // The portable kernels: plain loops the compiler may vectorize for the
 // architecture's baseline. Every architecture builds them (the "generic"
-// level), so the same answers are always one MOE_XARCH_ISA away.
-#include <array>
+// level, the first of every ladder), so the same answers are always one
+// MOE_XARCH_ISA away; csrc/arch/other/ is the port that has nothing else.
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <memory>
-#include <new>
 
 #include "core/kernel_use.h"
 #include "core/kernels.h"
@@ -117,27 +114,11 @@ void add_weighted_generic(int64_t n, float weight, const float* c, const float* 
   row_kernels::add_weighted(n, weight, c, bias, dst);
 }
 
+bool takes_no_rows(int64_t) { return false; }
+
 const KernelSet& kernels_generic() {
   static const KernelSet kernels{gemm_f32, gemm_bf16, gemm_s8};
   return kernels;
-}
-
-uint8_t* thread_scratch(ScratchUse use, int64_t bytes) {
-  struct Buffer {
-    struct Free {
-      void operator()(void* p) const { std::free(p); }
-    };
-    std::unique_ptr<uint8_t[], Free> data;
-    int64_t capacity = 0;
-  };
-  thread_local std::array<Buffer, static_cast<size_t>(ScratchUse::kFp8Block) + 1> buffers;
-  Buffer& buffer = buffers[static_cast<size_t>(use)];
-  if (buffer.capacity < bytes) {
-    buffer.data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, static_cast<size_t>(bytes))));
-    buffer.capacity = buffer.data ? bytes : 0;
-    if (!buffer.data) throw std::bad_alloc();
-  }
-  return buffer.data.get();
 }
 
 }  // namespace moe_xarch

@@ -1,0 +1,59 @@
+#include "core/buffers.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <new>
+#include <optional>
+#include <string>
+
+#include <unistd.h>
+
+#include "core/checked.h"
+#include "core/scratch.h"
+
+namespace moe_xarch {
+namespace {
+
+// Bytes of memory this machine has; no one buffer of a call may need more.
+int64_t machine_memory_bytes() {
+  static const int64_t bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? (Size(pages) * page).get().value_or(INT64_MAX) : INT64_MAX;
+  }();
+  return bytes;
+}
+
+}  // namespace
+
+void* aligned_bytes(int64_t rows, int64_t width, int64_t elem_bytes, const char* what) {
+  const std::optional<int64_t> bytes = (Size(std::max<int64_t>(rows, 1)) * width * elem_bytes)
+                                           .round_up(kPackAlign).get();
+  const int64_t memory = machine_memory_bytes();
+  TORCH_CHECK(bytes && *bytes <= memory, "fused_experts_cpu: ", what, " needs ", rows, " rows of ", width,
+              " values of ", elem_bytes, " bytes (", bytes ? std::to_string(*bytes >> 20) + " MiB" : "over 2^63 bytes",
+              "), more than this machine's ", memory >> 20, " MiB of memory");
+  void* data = std::aligned_alloc(kPackAlign, std::max<int64_t>(*bytes, kPackAlign));
+  TORCH_CHECK(data, "fused_experts_cpu: ", what, " needs ", rows, " rows of ", width, " values of ", elem_bytes,
+              " bytes (", *bytes >> 20, " MiB), which could not be allocated");
+  return data;
+}
+
+uint8_t* thread_scratch(ScratchUse use, int64_t bytes) {
+  struct Buffer {
+    AlignedBuffer<uint8_t> data;
+    int64_t capacity = 0;
+  };
+  thread_local std::array<Buffer, static_cast<size_t>(ScratchUse::kFp8Block) + 1> buffers;
+  Buffer& buffer = buffers[static_cast<size_t>(use)];
+  if (buffer.capacity < bytes) {
+    buffer.data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, static_cast<size_t>(bytes))));
+    buffer.capacity = buffer.data ? bytes : 0;
+    if (!buffer.data) throw std::bad_alloc();
+  }
+  return buffer.data.get();
+}
+
+}  // namespace moe_xarch

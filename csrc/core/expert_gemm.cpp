@@ -1,0 +1,126 @@
+#include "core/expert_gemm.h"
+
+#include <c10/util/Half.h>
+
+#include "core/packing.h"
+
+namespace moe_xarch {
+namespace {
+
+constexpr const char* kWidenedRows = "a thread's widened weight rows (of K or N values)";
+
+}  // namespace
+
+const uint8_t* WeightOperand::expert_rows(int64_t expert, int64_t* ld, const int32_t** row_sums) const {
+  if (packed) {
+    const PackedView view = packed_expert(*tensor, expert);
+    *ld = view.ld;
+    *row_sums = view.row_sums;
+    return view.values;
+  }
+  *ld = cols;
+  *row_sums = nullptr;
+  return static_cast<const uint8_t*>(tensor->const_data_ptr()) +
+         expert * rows * cols * c10::elementSize(dtype);
+}
+
+WeightTile ExpertGemm::tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, int64_t a_ld, Scratch& scratch,
+                            int64_t slot) const {
+  int64_t ld = 0;
+  const int32_t* row_sums = nullptr;
+  const uint8_t* base = w_.expert_rows(expert, &ld, &row_sums);
+  const int64_t elem = c10::elementSize(w_.dtype);
+  WeightTile t{base + r0 * ld * elem, ld, w_.packed ? a_ld : w_.cols, r1 - r0,
+               row_sums ? row_sums + r0 : nullptr,
+               w_.channel_scale ? w_.channel_scale + expert * w_.rows + r0 : nullptr};
+  t.tiles = w_.tiles;
+  // fp8 in the line layout goes to gemm_bf16_fp8_tiles whatever m: it has no rows to widen.
+  if (w_.dtype == at::kFloat8_e4m3fn && p_.compute == ComputeType::kBF16 &&
+      (w_.tiles || kernels_.gemm_bf16_fp8_takes(m))) {
+    // The logical width: block scales end there, padding or not.
+    t.k = w_.cols;
+    t.fp8 = true;
+    t.fp8_scales = {w_.block_scale + expert * w_.scale_rows * w_.scale_cols, w_.scale_cols, r0, p_.block_n,
+                    p_.block_k};
+  } else if (dequantizes()) {
+    // Allocated on first use: a level that widens fp8 in its GEMM never needs it.
+    if (p_.compute == ComputeType::kBF16) {
+      if (!scratch.weights_bf16) scratch.weights_bf16 = aligned_buffer<uint16_t>(kMaxTileRows, a_ld, kWidenedRows);
+      uint16_t* out = scratch.weights_bf16.get() + slot * a_ld;
+      widen_rows(base, ld, expert, r0, r1, a_ld, out, kernels_.fp8_to_bf16, to_bf16_bits);
+      t.values = reinterpret_cast<const uint8_t*>(out);
+    } else {
+      if (!scratch.weights_f32) scratch.weights_f32 = aligned_buffer<float>(kMaxTileRows, a_ld, kWidenedRows);
+      float* out = scratch.weights_f32.get() + slot * a_ld;
+      widen_rows(base, ld, expert, r0, r1, a_ld, out, kernels_.fp8_to_f32, [](float v) { return v; });
+      t.values = reinterpret_cast<const uint8_t*>(out);
+    }
+    t.ld = t.k = a_ld;
+  }
+  return t;
+}
+
+void ExpertGemm::run(const Activations& a, int64_t row, int64_t m, const WeightTile& w, float* c) const {
+  if (w.k == 0) {  // N = 0: empty dot products, which the kernels are never given (kernels.h)
+    std::fill(c, c + m * w.rows, 0.f);
+    return;
+  }
+  switch (p_.compute) {
+    case ComputeType::kInt8:
+      (w.tiles ? kernels_.gemm_s8_tiles : kernels_.gemm_s8)(
+          m, w.rows, w.k, a.s8.get() + row * a.ld, a.ld, a.scale.get() + row,
+          reinterpret_cast<const int8_t*>(w.values), w.ld, w.channel_scale, w.row_sums, c, w.rows);
+      break;
+    case ComputeType::kBF16:
+      if (w.fp8) {
+        (w.tiles ? kernels_.gemm_bf16_fp8_tiles : kernels_.gemm_bf16_fp8)(
+            m, w.rows, w.k, a.bf16.get() + row * a.ld, a.ld, w.values, w.ld, w.fp8_scales, c, w.rows);
+        break;
+      }
+      (w.tiles ? kernels_.gemm_bf16_tiles : kernels_.gemm_bf16)(
+          m, w.rows, w.k, a.bf16.get() + row * a.ld, a.ld, reinterpret_cast<const uint16_t*>(w.values), w.ld, c,
+          w.rows);
+      break;
+    case ComputeType::kF32:
+      kernels_.gemm_f32(m, w.rows, w.k, a.f32.get() + row * a.ld, a.ld,
+                        reinterpret_cast<const float*>(w.values), w.ld, c, w.rows);
+      break;
+  }
+}
+
+Scratch ExpertGemm::scratch() const {
+  Scratch s;
+  s.out0 = aligned_buffer<float>(kTokenChunk, kMaxTileRows, "a GEMM output tile");
+  s.out1 = aligned_buffer<float>(kTokenChunk, kMaxTileRows, "a GEMM output tile");
+  s.activated.resize(kMaxTileRows);
+  return s;
+}
+
+bool ExpertGemm::dequantizes() const { return w_.dtype == at::kHalf || w_.dtype == at::kFloat8_e4m3fn; }
+
+// fp16 rows (converted here) or fp8 rows (times their block scales, by the
+// kernel set) into a zero-padded tile.
+template <typename T, typename Fp8Row, typename Convert>
+void ExpertGemm::widen_rows(const uint8_t* base, int64_t ld, int64_t expert, int64_t r0, int64_t r1, int64_t ld_out,
+                            T* out, Fp8Row fp8_row, Convert convert) const {
+  const int64_t cols = w_.cols;
+  std::vector<uint8_t> tiled_row(w_.tiles ? cols : 0);
+  for (int64_t r = r0; r < r1; ++r) {
+    T* dst = out + (r - r0) * ld_out;
+    if (w_.dtype == at::kHalf) {
+      const auto* src = reinterpret_cast<const c10::Half*>(base) + r * ld;
+      for (int64_t c = 0; c < cols; ++c) dst[c] = convert(static_cast<float>(src[c]));
+    } else {
+      const float* scales = w_.block_scale + (expert * w_.scale_rows + r / p_.block_n) * w_.scale_cols;
+      const uint8_t* row = base + r * ld;
+      if (w_.tiles) {  // fp8 for fp32 compute: gather the row out of its 16-row block first
+        fp8_line_row(base + r / 16 * 16 * ld, r % 16, cols, tiled_row.data());
+        row = tiled_row.data();
+      }
+      fp8_row(cols, row, scales, p_.block_k, dst);
+    }
+    std::fill(dst + cols, dst + ld_out, T{0});
+  }
+}
+
+}  // namespace moe_xarch

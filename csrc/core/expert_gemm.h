@@ -1,0 +1,79 @@
+// An expert's weights as GEMM operands: tiles of its rows in the form the
+// level's kernels take (widened into scratch where the level needs that),
+// times rows of activations.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "core/activations.h"
+#include "core/buffers.h"
+#include "core/kernels.h"
+#include "core/problem.h"
+
+namespace moe_xarch {
+
+constexpr int64_t kTokenChunk = 128;  // rows of a per GEMM call: bounds the fp32 tile buffers
+// Activation columns per phase-2 work item: 128 rows of gate and of up,
+// which a tile-layout GEMM streams as 4 blocks of 16 side by side at a time.
+constexpr int64_t kInterBlock = 128;
+constexpr int64_t kHiddenBlock = 128;  // output columns per phase-3 work item
+
+// One thread's scratch for a work item: widened weight tiles, the fp32 GEMM
+// output tiles and a row of activated values.
+struct Scratch {
+  AlignedBuffer<float> weights_f32;
+  AlignedBuffer<uint16_t> weights_bf16;
+  AlignedBuffer<float> out0, out1;
+  std::vector<float> activated;
+};
+
+// Rows [r0, r1) of one expert's weight, in the form a GEMM kernel takes.
+struct WeightTile {
+  const uint8_t* values;
+  int64_t ld;
+  int64_t k;  // dot length: padded operands (packed rows, widened tiles) run tail-free
+  int64_t rows;
+  const int32_t* row_sums;     // INT8, may be null
+  const float* channel_scale;  // INT8
+  bool fp8 = false;            // raw fp8 values for gemm_bf16_fp8, with these scales
+  Fp8Scales fp8_scales{};
+  bool tiles = false;          // bf16 or int8 values in the tile layout, fp8 in the line layout
+};
+
+// Multiplies activation rows by tiles of expert weights: c[i * tile.rows + j], fp32.
+class ExpertGemm {
+ public:
+  ExpertGemm(const KernelSet& kernels, const MoeProblem& p, const WeightOperand& w)
+      : kernels_(kernels), p_(p), w_(w) {}
+
+  // Rows [r0, r1) of expert e, for its m activation rows. fp16 and fp8 weights
+  // are widened into scratch rows [slot, slot + r1 - r0) once, for every token
+  // chunk that uses them; a_ld is the activations' padded width.
+  WeightTile tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, int64_t a_ld, Scratch& scratch,
+                  int64_t slot) const;
+
+  // The `m` activation rows starting at `row` times the tile.
+  void run(const Activations& a, int64_t row, int64_t m, const WeightTile& w, float* c) const;
+
+  // Rows of weight values one thread's scratch holds.
+  static constexpr int64_t kMaxTileRows = std::max(2 * kInterBlock, kHiddenBlock);
+
+  // One thread's scratch: the output tiles (tile() adds weight tiles if it widens).
+  Scratch scratch() const;
+
+ private:
+  // fp16 and fp8 weights are widened tile by tile into scratch before the GEMM.
+  bool dequantizes() const;
+
+  template <typename T, typename Fp8Row, typename Convert>
+  void widen_rows(const uint8_t* base, int64_t ld, int64_t expert, int64_t r0, int64_t r1, int64_t ld_out,
+                  T* out, Fp8Row fp8_row, Convert convert) const;
+
+  const KernelSet& kernels_;
+  const MoeProblem& p_;
+  const WeightOperand& w_;
+};
+
+}  // namespace moe_xarch

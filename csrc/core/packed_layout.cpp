@@ -1,0 +1,67 @@
+#include "core/packed_layout.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
+#include "core/packing.h"
+
+namespace moe_xarch {
+namespace {
+
+// fp8 rows into the line layout (fp8_line_byte), blocks of 16 rows row_bytes a
+// row as in store_tiles.
+void store_fp8_lines(const uint8_t* src, int64_t rows, int64_t cols, int64_t row_bytes, uint8_t* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* block = dst + (r / 16) * 16 * row_bytes;
+    for (int64_t p = 0; p < cols; ++p) block[fp8_line_byte(r % 16, p)] = src[r * cols + p];
+  }
+}
+
+// Rows [16 b, 16 b + 16) of src (cols values of elem bytes a row) into block
+// b of the tile layout (tile_byte), row_bytes (>= cols * elem) a row.
+void store_tiles(const uint8_t* src, int64_t rows, int64_t cols, int64_t elem, int64_t row_bytes,
+                 uint8_t* dst) {
+  const int64_t col_bytes = cols * elem;
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* block = dst + (r / 16) * 16 * row_bytes;
+    const uint8_t* row = src + r * col_bytes;
+    for (int64_t x = 0; x < col_bytes; x += 4) {
+      std::memcpy(block + tile_byte(r % 16, x), row + x, static_cast<size_t>(std::min<int64_t>(4, col_bytes - x)));
+    }
+  }
+}
+
+}  // namespace
+
+bool tiles_apply(int64_t rows, at::ScalarType dtype) {
+  return (dtype == at::kBFloat16 || dtype == at::kChar || dtype == at::kFloat8_e4m3fn) && rows % 32 == 0;
+}
+
+void write_expert(const uint8_t* src, const PackedHeader& header, uint8_t* block) {
+  const auto dtype = static_cast<at::ScalarType>(header.dtype);
+  const int64_t rows = header.rows, cols = header.cols, elem = c10::elementSize(dtype);
+  uint8_t* values = block + kPackedHeaderBytes;
+  if (header.layout == static_cast<int32_t>(PackLayout::kTiles16)) {
+    if (dtype == at::kFloat8_e4m3fn) {
+      store_fp8_lines(src, rows, cols, header.ld, values);
+    } else {
+      store_tiles(src, rows, cols, elem, header.ld * elem, values);
+    }
+  } else {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(values + r * header.ld * elem, src + r * cols * elem, cols * elem);
+    }
+  }
+  if (header.sums_offset) {
+    auto* sums = reinterpret_cast<int32_t*>(block + header.sums_offset);
+    const auto* s8 = reinterpret_cast<const int8_t*>(src);
+    for (int64_t r = 0; r < rows; ++r) {
+      int32_t sum = 0;
+      for (int64_t c = 0; c < cols; ++c) sum += s8[r * cols + c];
+      sums[r] = sum;
+    }
+  }
+}
+
+}  // namespace moe_xarch

@@ -1,0 +1,52 @@
+// A fused_experts_cpu call after its checks (core/checks.cpp): the shapes,
+// the method and compute type, and where each expert's weights are.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "core/methods.h"
+
+namespace moe_xarch {
+
+enum class Activation { kSiluAndMul, kSwiglu };
+
+// How the GEMMs compute: bf16 dot products, fp32 FMA, or int8 dot products.
+enum class ComputeType { kBF16, kF32, kInt8 };
+
+// One of w1 / w2 after checking: where expert e's rows are and how to scale them.
+struct WeightOperand {
+  at::ScalarType dtype;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  bool packed = false;
+  bool tiles = false;  // packed in PackLayout::kTiles16
+  const at::Tensor* tensor = nullptr;
+  const float* channel_scale = nullptr;  // INT8: [E, rows]
+  const float* block_scale = nullptr;    // FP8: [E, ceil(rows/bn), ceil(cols/bk)]
+  int64_t scale_rows = 0;
+  int64_t scale_cols = 0;
+  const float* bias = nullptr;           // [E, rows], fp32
+  at::Tensor bias_f32;                   // the converted bias that `bias` points into
+
+  const uint8_t* expert_rows(int64_t expert, int64_t* ld, const int32_t** row_sums) const;
+};
+
+// Everything the driver needs, checked against the spec; owns fp32 copies of
+// the small tensors it converts (routing weights, biases).
+struct MoeProblem {
+  int64_t tokens = 0, hidden = 0, inter = 0, experts = 0, topk = 0;  // M, K, N, E, topk
+  Method method = Method::kUnquant;
+  at::ScalarType act_dtype;
+  ComputeType compute = ComputeType::kF32;
+  Activation activation = Activation::kSiluAndMul;
+  float alpha = 0.f;
+  std::optional<float> limit;
+  int64_t block_n = 0, block_k = 0;
+  WeightOperand w1, w2;
+  at::Tensor topk_weights, topk_ids;  // fp32, int64
+};
+
+}  // namespace moe_xarch
