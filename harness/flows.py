@@ -103,9 +103,10 @@ def build_time_ratios(steps: console.StepLog) -> list[str]:
         fastest = min(seconds, key=seconds.__getitem__)
         if seconds[fastest] <= 0:
             continue
-        lines += [f"{arch}: {fastest} build {console.clock(seconds[fastest])}, {other} build "
-                  f"{console.clock(seconds[other])}: the {fastest} build is {seconds[other] / seconds[fastest]:.1f}x faster"
-                  for other in seconds if other != fastest]
+        for other in (name for name in seconds if name != fastest):
+            lines.append(f"{arch}: {fastest} build {console.clock(seconds[fastest])}, {other} build "
+                         f"{console.clock(seconds[other])}: the {fastest} build is "
+                         f"{seconds[other] / seconds[fastest]:.1f}x faster")
     return lines
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = REPO / "pyproject.toml"  # the target table, [tool.cibuildwheel], allowed differences
 DOCKER = REPO / "docker"  # the images' Dockerfiles, scripts and pinned requirements
-WORKFLOWS = REPO / ".github" / "workflows"
 
 WHEELHOUSE = REPO / "wheelhouse"  # one tested-to-be wheel per target, and the sdist
 REPORTS = REPO / "reports"  # the runs' reports, the summary and the test records
