@@ -1,8 +1,9 @@
-"""moe-xarch' build and test sessions: a table of contents.
+"""The project's build and test sessions: a table of contents.
 
 The logic lives in harness/ (unit-tested in tests/harness); the targets, in
-[tool.moe-xarch.targets] of pyproject.toml. `nox -l` lists the sessions.
-Sessions that take `-- --arch <arch>` default to every target in the table.
+the target table of pyproject.toml ([tool.<project>.targets]). `nox -l` lists
+the sessions. Sessions that take `-- --arch <arch>` default to every target in
+the table; `test-arm64` is the users' name for the aarch64 target's tests.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import build as builds  # noqa: E402
-from harness import flows, suite  # noqa: E402
+from harness import flows, suite, tools  # noqa: E402
 from harness.errors import HarnessError  # noqa: E402
 
 nox.needs_version = ">=2024.4.15"
@@ -25,9 +25,9 @@ nox.options.reuse_venv = "yes"
 nox.options.sessions = ["tests"]
 
 
-def _build_tools(session: nox.Session) -> builds.Tools:
-    session.install(*builds.host_tool_requirements())
-    return builds.Tools(cibuildwheel=[f"{session.bin}/cibuildwheel"], python=f"{session.bin}/python")
+def _build_tools(session: nox.Session) -> tools.Tools:
+    session.install(*tools.host_tool_requirements())
+    return tools.Tools(cibuildwheel=[f"{session.bin}/cibuildwheel"], python=f"{session.bin}/python")
 
 
 def _run(session: nox.Session, flow: Callable[..., bool | None], *args: object) -> None:
@@ -45,7 +45,7 @@ def tests(session: nox.Session) -> None:
     """Host-side tests: the harness's unit tests and the cross-compiled drift proofs (Docker only for the image faults)."""
     # The drift proofs cross-compile; the scratch suite runs use xdist; the version
     # tests ask setuptools-scm: the pinned backend.
-    session.install(*suite.host_test_requirements(), "packaging", *builds.backend_requirements())
+    session.install(*suite.host_test_requirements(), "packaging", *tools.backend_requirements())
     session.run("pytest", "tests/harness", "tests/drift", "-m", "not native_build", *session.posargs)
 
 
@@ -54,7 +54,7 @@ def drift_native(session: nox.Session) -> None:
     """Drift proofs that build the library natively: a level running a lower level's kernel fails the suite."""
     from harness import native
 
-    session.install(*suite.host_test_requirements(), native.host_torch_requirement(), *builds.backend_requirements())
+    session.install(*suite.host_test_requirements(), native.host_torch_requirement(), *tools.backend_requirements())
     session.run("pytest", "tests/drift", "-m", "native_build", *session.posargs)
 
 
@@ -63,7 +63,7 @@ def kernels(session: nox.Session) -> None:
     """Build the package natively and run tests/kernels once per ISA level this CPU has."""
     from harness import native
 
-    session.install(native.host_torch_requirement(), *builds.backend_requirements(),
+    session.install(native.host_torch_requirement(), *tools.backend_requirements(),
                     "hypothesis", "numpy", "pytest", "pytest-xdist")
     session.install("--no-build-isolation", ".")
     native.run_kernel_suite(session, ["-n", "2", *session.posargs])
@@ -72,19 +72,18 @@ def kernels(session: nox.Session) -> None:
 @nox.session(default=False)
 def coverage(session: nox.Session) -> None:
     """gcov line and branch coverage per kernel file and ISA level (-- --arch A); reports/coverage/."""
-    from harness import coverage as cover
-    from harness import native
+    from harness import coverage, native
 
-    session.install(native.host_torch_requirement(), *builds.backend_requirements(),
-                    "numpy", "pytest", "pytest-xdist", cover.GCOVR)
+    session.install(native.host_torch_requirement(), *tools.backend_requirements(),
+                    "numpy", "pytest", "pytest-xdist", coverage.GCOVR)
     options = flows.parse_posargs(session.posargs)
-    _run(session, cover.main, Path(session.bin), options.arches, options.pytest_args)
+    _run(session, coverage.main, Path(session.bin), options.arches, options.pytest_args)
 
 
 @nox.session
 def build(session: nox.Session) -> None:
     """Build the wheels into wheelhouse/ (-- --arch A, --builder cross|cibuildwheel, --force)."""
-    _run(session, flows.build, session.posargs, _build_tools(session))
+    _run(session, flows.build_wheels, session.posargs, _build_tools(session))
 
 
 @nox.session(name="test-x86_64", python=False)
@@ -111,26 +110,25 @@ def shellcheck(session: nox.Session) -> None:
     session.run("shellcheck", ".ci/run", *map(str, Path("docker").glob("*.sh")), external=True)
 
 
-# --- Publishing and CI (harness/publish.py, harness/gha.py; tests in tests/publish) ---
+# --- Publishing and CI (harness/publish.py, records.py, index.py, gha.py; tests in tests/publish) ---
 
 
 @nox.session(default=False)
 def publish(session: nox.Session) -> None:
     """Upload the tested wheels and the sdist to the index the environment names (-- --dry-run, --help)."""
-    from harness import publish as publishing
+    from harness import publish
 
-    session.install(*publishing.requirements(session.posargs))
+    session.install(*publish.requirements(session.posargs))
     session.run("python", "-m", "harness.publish", *session.posargs)
 
 
 @nox.session(name="test-publish", default=False)
 def test_publish(session: nox.Session) -> None:
     """Publish tests against a real local pypiserver; installs from it on every architecture."""
-    from harness import native
-    from harness import publish as publishing
+    from harness import native, publish
 
     # torch: the sdist test builds a wheel from the sdist, natively.
-    session.install(*publishing.requirements(["--sdist-only"]), *publishing.TEST_REQUIREMENTS,
+    session.install(*publish.requirements(["--sdist-only"]), *publish.TEST_REQUIREMENTS,
                     native.host_torch_requirement())
     session.run("pytest", "tests/publish", *session.posargs)
 
@@ -161,7 +159,7 @@ def bench(session: nox.Session) -> None:
     """
     from harness import native
 
-    session.install(native.host_torch_requirement(), *builds.backend_requirements(), "numpy",
+    session.install(native.host_torch_requirement(), *tools.backend_requirements(), "numpy",
                     "matplotlib", "pytest")
     session.install("--no-build-isolation", ".")
     session.run("python", "-m", "pytest", "tests/bench", "-q", "-p", "no:cacheprovider")

@@ -1,26 +1,22 @@
-"""Building the wheels, with the builders a target lists: cibuildwheel in the
-target's local build image, or the host's cross compiler (harness/cross.py).
+"""Building the wheels, the same for every builder (harness/builders.py).
 
-Both build a staged copy of the tree holding only what git tracks or would
-track: no host build/ directory (whose CMake cache names host paths), no .nox
-virtualenvs. The wheel is written to a temporary directory and moved into place
-in one rename, so a failed or killed build never leaves a partial wheel.
+Every builder builds a staged copy of the tree holding only what git tracks or
+would track: no host build/ directory (whose CMake cache names host paths), no
+.nox virtualenvs. The wheel is written to a temporary directory and moved into
+place in one rename, so a failed or killed build never leaves a partial wheel.
 
 Each builder keeps its last wheel, with the hash of its inputs (the files that
-reach the wheel, the version, the build image and the builder's own tools),
-under build/harness/wheels/; a build whose inputs are unchanged reuses it.
+reach the wheel, the version, the build image and the builder's identity()),
+in the wheel cache (harness/paths.py); a build whose inputs are unchanged reuses it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import os
-import platform
 import re
-import shlex
 import shutil
 import subprocess
 import tempfile
@@ -29,30 +25,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harness import console, containers, cross, versioning
+from harness import console, containers, versioning
+from harness.builders import Builder, BuildJob
 from harness.errors import HarnessError, low_space, writing
 from harness.images import ImageSpec, image_in_use
+from harness.project import NAME, PACKAGE
 from harness.targets import Target
-from harness.wheels import read_wheel, requirement_lines
-
-PROJECT = "moe_xarch"
-CIBUILDWHEEL = "cibuildwheel==4.3.5"  # what the nox sessions install
-REPO = Path(__file__).resolve().parent.parent
-# The build backend on the host (cross builds, the version from git): the build
-# image's, at the same pins.
-HOST_BACKEND = ("scikit-build-core", "setuptools-scm", "cmake", "ninja")
-
-
-def backend_requirements(docker_dir: Path = REPO / "docker") -> list[str]:
-    """The build backend, pinned as in the build image: for builds on the host."""
-    pinned = requirement_lines(docker_dir / "requirements-build.txt")
-    return [line for line in pinned if re.split(r"[=<>!~ ;\[]", line, maxsplit=1)[0] in HOST_BACKEND]
-
-
-def host_tool_requirements(docker_dir: Path = REPO / "docker") -> list[str]:
-    """What the build sessions install on the host: cibuildwheel and the build backend."""
-    return [CIBUILDWHEEL, *backend_requirements(docker_dir)]
-
+from harness.tools import Tools
+from harness.wheels import read_wheel
 
 # Files that never reach the wheel: changing them rebuilds nothing. Anything else
 # (a new directory included) counts as a build input.
@@ -87,17 +67,12 @@ def stage(repo: Path, files: list[str], dest: Path) -> None:
         shutil.copy2(repo / name, dest / name)
 
 
-def cibuildwheel_env(target: Target, build_image: str, owner_labels: list[str], version: str) -> dict[str, str]:
-    """The per-target settings; the shared ones are in [tool.cibuildwheel]."""
-    return {
-        "CIBW_PLATFORM": "linux",
-        "CIBW_ENVIRONMENT": f"{versioning.VARIABLE}={shlex.quote(version)}",
-        "CIBW_ARCHS": target.arch,
-        "CIBW_BUILD": " ".join(f"{tag}-manylinux_{target.arch}" for tag in target.python_tags),
-        f"CIBW_MANYLINUX_{target.arch.upper()}_IMAGE": build_image,
-        # Labels let the next run remove the container of a killed build.
-        "CIBW_CONTAINER_ENGINE": f"docker; create_args: {' '.join(owner_labels)}",
-    }
+def step_name(arch: str, builder: str) -> str:
+    """The build's step in the run's table of steps."""
+    return f"build {arch} ({builder})"
+
+
+BUILD_STEP = re.compile(r"build (\S+) \((\S+)\)")  # step_name's arch and builder
 
 
 def built_by(wheel: Path, cache: Path) -> str:
@@ -110,7 +85,7 @@ def built_by(wheel: Path, cache: Path) -> str:
 
 def wheel_matches(name: str, arch: str) -> bool:
     return (
-        name.startswith(f"{PROJECT}-")
+        name.startswith(f"{PACKAGE}-")
         and name.endswith(f"_{arch}.whl")
         and "-py3-none-" in name
         and "manylinux" in name
@@ -123,10 +98,10 @@ def find_wheel(wheelhouse: Path, arch: str) -> Path:
     if len(wheels) != 1:
         found = ", ".join(p.name for p in wheels) or "none"
         raise HarnessError(
-            f"expected one {arch} wheel of {PROJECT} in {wheelhouse} (found: {found}); "
+            f"expected one {arch} wheel of {PACKAGE} in {wheelhouse} (found: {found}); "
             f"build it with: nox -s build -- --arch {arch}"
         )
-    read_wheel(wheels[0], f"run nox -s build -- --arch {arch}, which replaces it", project=PROJECT, arch=arch)
+    read_wheel(wheels[0], f"run nox -s build -- --arch {arch}, which replaces it", project=PACKAGE, arch=arch)
     return wheels[0]
 
 
@@ -187,7 +162,7 @@ def put(file: Path, directory: Path, rerun: str) -> Path:
     return final
 
 
-def publish(built: Path, wheelhouse: Path, arch: str) -> Path:
+def replace_in_wheelhouse(built: Path, wheelhouse: Path, arch: str) -> Path:
     """Put a built wheel into wheelhouse/ atomically and drop older ones of the arch."""
     rerun = f"nox -s build -- --arch {arch}"
     final = put(built, wheelhouse, rerun)
@@ -210,69 +185,9 @@ def remove_partial_outputs(*directories: Path) -> None:
                     partial.unlink(missing_ok=True)
 
 
-@dataclasses.dataclass(frozen=True)
-class Tools:
-    """The host-side programs builds use (installed by the nox session)."""
-
-    cibuildwheel: list[str]
-    python: str  # has the build backend (backend_requirements): cross builds, the version
-
-
-@dataclasses.dataclass(frozen=True)
-class BuildJob:
-    target: Target
-    builder: str  # one of the target's builders
-    build_image: str
-    staged: Path  # the staged source tree
-    output: Path  # an empty directory for the repaired wheel
-    tools: Tools
-    version: str  # the project's version, from git
-
-
-def host_arch() -> str:
-    return platform.machine()
-
-
-def applies(builder: str, target: Target, host: str) -> bool:
-    """A cross build makes sense only for a foreign target; on its own arch, build natively."""
-    return builder != "cross" or host != target.arch
-
-
-def choose_builders(target: Target, requested: list[str], host: str) -> list[str]:
-    """The builders named on the command line that the target lists, else its first
-    that applies on this host (the table lists them in order of preference)."""
-    chosen = [name for name in requested if name in target.builders]
-    if chosen:
-        return chosen
-    return [next(name for name in target.builders if applies(name, target, host))]
-
-
-def build_with_cibuildwheel(job: BuildJob) -> None:
-    console.run_streamed(
-        [*job.tools.cibuildwheel, "--output-dir", str(job.output), "."],
-        f"build {job.target.arch}",
-        cwd=job.staged,
-        env=cibuildwheel_env(job.target, job.build_image, containers.label_args(), job.version),
-    )
-
-
-def builder_inputs(job: BuildJob) -> list[str]:
-    """What besides the sources decides the wheel a builder makes."""
-    if job.builder == "cross":
-        return [job.builder, job.build_image, *cross.toolchain_identity(job.target, job.tools.python, HOST_BACKEND)]
-    return [job.builder, job.build_image, CIBUILDWHEEL]
-
-
-def run_builder(job: BuildJob) -> None:
-    if job.builder == "cross":
-        cross.build_wheel(job)
-    else:
-        build_with_cibuildwheel(job)
-
-
 def build_wheel(
     target: Target,
-    builder: str,
+    builder: Builder,
     images: dict[str, ImageSpec],
     *,
     repo: Path,
@@ -290,7 +205,7 @@ def build_wheel(
     build_image = images["build"].tag
     pyproject = tomllib.loads((repo / "pyproject.toml").read_text())
     files = source_files(repo)
-    kept = cache / f"{target.arch}-{builder}"
+    kept = cache / f"{target.arch}-{builder.name}"
     stamp = kept / "inputs.json"
     rerun = f"nox -s build -- --arch {target.arch}"
     with writing(wheelhouse, rerun):
@@ -298,28 +213,31 @@ def build_wheel(
     with writing(cache, rerun):
         kept.mkdir(parents=True, exist_ok=True)
     remove_partial_outputs(wheelhouse, cache)
-    with steps.step(f"build {target.arch} ({builder})") as step, console.exclusive(cache / f"{target.arch}.lock"):
-        with tempfile.TemporaryDirectory(prefix="moe-xarch-stage-") as staged:
-            partial = cache / f".partial-{os.getpid()}-{target.arch}-{builder}"
-            job = BuildJob(target, builder, build_image, Path(staged), partial, tools,
+    with (steps.step(step_name(target.arch, builder.name)) as step,
+          console.exclusive(cache / f"{target.arch}.lock")):
+        with tempfile.TemporaryDirectory(prefix=f"{NAME}-stage-") as staged:
+            partial = cache / f".partial-{os.getpid()}-{target.arch}-{builder.name}"
+            job = BuildJob(target, builder.name, build_image, Path(staged), partial, tools,
                            versioning.project_version(repo, tools.python))
-            inputs = inputs_hash(repo, build_inputs(files), job.version, *builder_inputs(job))
+            builder.prepare(job)
+            inputs = inputs_hash(repo, build_inputs(files), job.version, builder.name, build_image,
+                                 *builder.identity(job))
             if not force and (reusable := kept_wheel(stamp, inputs, target.arch)):
                 step.outcome = "reused"
-                print(f"{reusable.name}: built by {builder} from these very inputs, reused", flush=True)
-                return publish(reusable, wheelhouse, target.arch)
+                print(f"{reusable.name}: built by {builder.name} from these very inputs, reused", flush=True)
+                return replace_in_wheelhouse(reusable, wheelhouse, target.arch)
             try:
                 with writing(job.staged, rerun):
                     stage(repo, files, job.staged)
                 with builder_failure(rerun, cache, job.staged), image_in_use(build_image, rerun):
-                    run_builder(job)
+                    builder.build(job)
                     built = list(partial.glob("*.whl"))
                     if len(built) != 1 or not wheel_matches(built[0].name, target.arch):
                         raise RuntimeError(
-                            f"{builder} made {[p.name for p in built]}, expected one "
-                            f"{PROJECT}-*-py3-none-manylinux_*_{target.arch}.whl"
+                            f"{builder.name} made {[p.name for p in built]}, expected one "
+                            f"{PACKAGE}-*-py3-none-manylinux_*_{target.arch}.whl"
                         )
-                    read_wheel(built[0], f"{builder} made it so (its output is above)", project=PROJECT,
+                    read_wheel(built[0], f"{builder.name} made it so (its output is above)", project=PACKAGE,
                                arch=target.arch)
                     check_tag(built[0], target, build_image, repair_excludes(pyproject))
                 with writing(cache, rerun):
@@ -331,8 +249,8 @@ def build_wheel(
                 shutil.rmtree(partial, ignore_errors=True)
         with writing(cache, rerun):
             stamp.write_text(json.dumps({"inputs": inputs, "wheel": built[0].name}) + "\n")
-        wheel = publish(kept / built[0].name, wheelhouse, target.arch)
-        print(f"wheelhouse/{wheel.name} (built by {builder})", flush=True)
+        wheel = replace_in_wheelhouse(kept / built[0].name, wheelhouse, target.arch)
+        print(f"wheelhouse/{wheel.name} (built by {builder.name})", flush=True)
         return wheel
 
 
@@ -358,7 +276,7 @@ def kept_wheel(stamp: Path, inputs: str, arch: str) -> Path | None:
     if recorded_inputs != inputs or not wheel.exists():
         return None
     try:
-        read_wheel(wheel, "building it again", project=PROJECT, arch=arch)
+        read_wheel(wheel, "building it again", project=PACKAGE, arch=arch)
     except HarnessError as error:
         console.note(str(error))
         return None

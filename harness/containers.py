@@ -17,7 +17,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-OWNER_LABEL = "org.moe-xarch.owner"  # "<boot id>:<pid>" of the harness process
+from harness.project import NAME
+
+OWNER_LABEL = f"org.{NAME}.owner"  # "<boot id>:<pid>" of the harness process
 
 
 def boot_id() -> str:
@@ -40,7 +42,7 @@ def label_args() -> list[str]:
 
 def container_name(*parts: str) -> str:
     """A docker-legal container name, unique to this process."""
-    name = "-".join(["moe-xarch", *parts, str(os.getpid())])
+    name = "-".join([NAME, *parts, str(os.getpid())])
     return re.sub(r"[^a-zA-Z0-9_.-]", "-", name)
 
 

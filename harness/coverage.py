@@ -26,14 +26,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from harness import console, containers, cross, images, suite
-from harness.flows import WORK
-from harness.targets import Target, load_targets, select
+from harness.paths import COVERAGE_BUILD, COVERAGE_REPORTS, IMAGE_CONTEXTS, REPO
+from harness.project import SUPPORTED_ISAS
+from harness.targets import ARCHES, Target, load_targets, select
 
-REPO = Path(__file__).resolve().parent.parent
-REPORTS = REPO / "reports" / "coverage"
-BUILD = REPO / "build" / "coverage"
 GCOVR = "gcovr==8.8"
-ARCH_DIRS = {"x86_64": "x86", "aarch64": "arm"}
 KERNEL_FILES = ("csrc/arch/*/gemm_*.cpp", "csrc/generic/gemm_*.cpp", "csrc/arch/*/*.h", "csrc/core/*.cpp",
                 "csrc/core/*.h")
 CMAKE_SETTING = "cmake.define.MOE_XARCH_COVERAGE=ON"
@@ -97,13 +94,15 @@ def gcov_env(prefix: str, build_dir: Path) -> dict[str, str]:
 
 def own_file(arch: str, level: str) -> str:
     """The kernel file a level brings: its GEMMs, which no other level runs."""
-    return "csrc/generic/gemm_generic.cpp" if level == "generic" else f"csrc/arch/{ARCH_DIRS[arch]}/gemm_{level}.cpp"
+    if level == "generic":
+        return "csrc/generic/gemm_generic.cpp"
+    return f"csrc/arch/{ARCHES[arch].sources}/gemm_{level}.cpp"
 
 
 def shared_files(arch: str, files: Iterable[str]) -> list[str]:
     """Files the levels of arch share: the arch's headers and the driver."""
-    return [f for f in files
-            if f.startswith("csrc/core/") or (f.startswith(f"csrc/arch/{ARCH_DIRS[arch]}/") and f.endswith(".h"))]
+    folder = f"csrc/arch/{ARCHES[arch].sources}/"
+    return [f for f in files if f.startswith("csrc/core/") or (f.startswith(folder) and f.endswith(".h"))]
 
 
 def is_kernel_file(path: str) -> bool:
@@ -254,7 +253,7 @@ def gap_lines(found: Sequence[Gap]) -> list[str]:
 
 
 def write_report(runs: Mapping[str, Mapping[str, dict[str, FileCoverage]]], found: Sequence[Gap],
-                 not_run: Mapping[str, str], out: Path = REPORTS) -> str:
+                 not_run: Mapping[str, str], out: Path = COVERAGE_REPORTS) -> str:
     """Writes coverage.json and coverage.md into out; returns the text table and gap list."""
     header, rows = table_rows(runs)
     skipped = [f"{run}: not run ({why})" for run, why in not_run.items()]
@@ -313,18 +312,18 @@ def _fresh(directory: Path) -> Path:
 
 def native_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], outcome: Outcome) -> None:
     """Instrumented build into bin_dir's venv, then the suite once per level this CPU has."""
-    build_dir = BUILD / target.arch
+    build_dir = COVERAGE_BUILD / target.arch
     python = str(bin_dir / "python")
     console.run_streamed([python, "-m", "pip", "install", "--no-build-isolation", "--no-deps",
                           *config_settings(build_dir), str(REPO)], f"build {target.arch} coverage")
-    supported = subprocess.run([python, "-c", "import moe_xarch; print(*moe_xarch.supported_isas())"],
+    supported = subprocess.run([python, "-c", SUPPORTED_ISAS],
                                check=True, capture_output=True, text=True).stdout.split()
     runs = outcome.runs.setdefault(target.arch, {})
     for level in target.isa_levels:
         if level not in supported:
             outcome.not_run[f"{target.arch} {level}"] = "this CPU lacks it"
             continue
-        gcda = _fresh(REPORTS / target.arch / level)
+        gcda = _fresh(COVERAGE_REPORTS / target.arch / level)
         env = {"MOE_XARCH_ISA": level, "MOE_XARCH_EXPECT_ISA": level, **gcov_env(str(gcda), build_dir)}
         command = [python, "-m", "pytest", "tests/kernels", "-p", "no:cacheprovider", *_workers(target.runner),
                    *pytest_args]
@@ -336,17 +335,17 @@ def native_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], outco
 
 def emulated_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], outcome: Outcome) -> None:
     """Cross-built instrumented wheel, then the suite under each CPU model in the test image."""
-    build_dir = BUILD / target.arch
-    wheels = _fresh(BUILD / f"{target.arch}-wheel")
+    build_dir = COVERAGE_BUILD / target.arch
+    wheels = _fresh(COVERAGE_BUILD / f"{target.arch}-wheel")
     cross.ensure_compiler(target)
     console.run_streamed(
         cross.pip_wheel_command(str(bin_dir / "python"), REPO, wheels, config_settings(build_dir)),
         f"build {target.arch} coverage", env=cross.cross_env(REPO, target, cross.torch_dir(target)))
     (wheel,) = wheels.glob("*.whl")
-    image = images.ensure_images(target, WORK / "images", console.StepLog(), upto="test")["test"].tag
+    image = images.ensure_images(target, IMAGE_CONTEXTS, console.StepLog(), upto="test")["test"].tag
     runs = outcome.runs.setdefault(target.arch, {})
     for run in suite.planned_runs(target):
-        report_dir = _fresh(REPORTS / target.arch / run.isa)
+        report_dir = _fresh(COVERAGE_REPORTS / target.arch / run.isa)
         counted = dataclasses.replace(run, env=(*run.env, *gcov_env("/report/gcda", build_dir).items()))
         name = containers.container_name("coverage", run.name)
         command = suite.docker_run_command(
@@ -366,7 +365,7 @@ def emulated_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], out
 def main(bin_dir: Path, arches: Sequence[str], pytest_args: Sequence[str]) -> bool:
     """Every selected target's runs, then the report; True when every gap is explained."""
     outcome = Outcome()
-    for target in select(load_targets(REPO / "pyproject.toml"), list(arches)):
+    for target in select(load_targets(), list(arches)):
         runner = native_runs if target.runner == "native" else emulated_runs
         runner(target, bin_dir, pytest_args, outcome)
     found = [gap for arch, runs in outcome.runs.items() for gap in gaps(arch, runs)]

@@ -1,12 +1,14 @@
-"""Building for aarch64 with the host's cross compiler instead of under emulation.
+"""The cross toolchain: building for a foreign arch with the host's compiler
+instead of under emulation (the cross builder of harness/builders.py, the
+coverage build and the drift proofs use it).
 
 Debian's g++-<triplet> compiles against the headers and libraries of the target
 architecture's torch wheel (the table's torch requirement), configured by
 cmake/<triplet>.cmake. The same scikit-build-core build as cibuildwheel's makes
 the wheel; `auditwheel repair` then runs in the target's build image, with the
 repair command of [tool.cibuildwheel], so the wheel is repaired and tagged
-exactly like the emulated build's. Only auditwheel runs under QEMU: seconds,
-where an emulated compile takes a quarter of an hour.
+exactly like the emulated build's. Only auditwheel runs under QEMU; every
+compile runs natively.
 """
 
 from __future__ import annotations
@@ -20,17 +22,11 @@ import tomllib
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from harness import console, containers, host, versioning, wheels
 from harness.errors import HarnessError, writing
+from harness.paths import CROSS_CACHE
 from harness.targets import Target
-
-if TYPE_CHECKING:
-    from harness.build import BuildJob
-
-REPO = Path(__file__).resolve().parent.parent
-TORCH_CACHE = REPO / ".cache" / "cross"
 
 
 class CrossSetupError(HarnessError):
@@ -57,8 +53,12 @@ def ensure_compiler(target: Target) -> None:
 
 
 def toolchain_identity(target: Target, python: str, backend: Sequence[str]) -> list[str]:
-    """The versions that decide what a cross build makes: compiler, torch, build backend."""
-    ensure_compiler(target)
+    """The versions that decide what a cross build makes: compiler, torch, build backend.
+
+    Only asks: the compiler must be there already (ensure_compiler installs it).
+    """
+    if shutil.which(compiler(target)) is None:
+        raise CrossSetupError(f"{compiler(target)} is not installed (ensure_compiler installs it)")
     version = subprocess.run([compiler(target), "--version"], check=True, capture_output=True,
                              text=True).stdout.splitlines()[0]
     versions = subprocess.run(
@@ -71,14 +71,14 @@ def toolchain_identity(target: Target, python: str, backend: Sequence[str]) -> l
     return [version, target.torch, versions.stdout.strip()]
 
 
-def torch_dir(target: Target, cache: Path = TORCH_CACHE) -> Path:
+def torch_dir(target: Target, cache: Path = CROSS_CACHE) -> Path:
     """The target's torch package (include/, lib/ and version.py), unpacked once into cache."""
     version = target.torch.split("==", 1)[1]
     unpacked = cache / f"torch-{version}-{target.arch}"
     if (unpacked / "torch" / "version.py").is_file():
         return unpacked / "torch"
     cache.mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(unpacked, ignore_errors=True)  # from a version of this code that kept less
+    shutil.rmtree(unpacked, ignore_errors=True)  # without version.py it is not a torch this code unpacked
     with tempfile.TemporaryDirectory(dir=cache) as scratch:
         download = Path(scratch) / "wheel"
         print(f"cross: fetching {target.torch} for {target.arch} (headers and libraries)", flush=True)
@@ -121,16 +121,18 @@ def repair_command(pyproject: Path, wheel: str, dest_dir: str) -> list[str]:
     return [part.format(wheel=wheel, dest_dir=dest_dir) for part in shlex.split(template)]
 
 
-def build_wheel(job: BuildJob) -> None:
-    """Cross-compile the staged tree into a raw wheel, then repair it into job.output."""
-    target = job.target
-    ensure_compiler(target)
+def build_wheel(target: Target, tree: Path, output: Path, *, python: str, version: str,
+                build_image: str) -> None:
+    """Cross-compile tree into a raw wheel, then repair it into output in the build image.
+
+    python has the build backend; the compiler is installed (ensure_compiler).
+    """
     torch = torch_dir(target)
-    raw = job.output / "raw"
+    raw = output / "raw"
     console.run_streamed(
-        pip_wheel_command(job.tools.python, job.staged, raw),
+        pip_wheel_command(python, tree, raw),
         f"build {target.arch} cross",
-        env={**cross_env(job.staged, target, torch), versioning.VARIABLE: job.version},
+        env={**cross_env(tree, target, torch), versioning.VARIABLE: version},
     )
     (wheel,) = raw.glob("*.whl")
     name = containers.container_name("repair", target.arch)
@@ -138,8 +140,8 @@ def build_wheel(job: BuildJob) -> None:
         console.run_streamed(
             ["docker", "run", "--rm", f"--name={name}", *containers.label_args(),
              f"--platform={target.platform}", "--network=none", f"--user={os.getuid()}:{os.getgid()}",
-             f"--volume={raw}:/raw:ro", f"--volume={job.output}:/out", job.build_image,
-             *repair_command(job.staged / "pyproject.toml", f"/raw/{wheel.name}", "/out")],
+             f"--volume={raw}:/raw:ro", f"--volume={output}:/out", build_image,
+             *repair_command(tree / "pyproject.toml", f"/raw/{wheel.name}", "/out")],
             f"repair {target.arch}",
         )
     finally:

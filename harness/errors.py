@@ -14,6 +14,10 @@ class HarnessError(RuntimeError):
     """Its message says what is wrong and what to do."""
 
 
+class PublishError(HarnessError):
+    """Publishing refused or failed; the message says why and what to do."""
+
+
 # errno -> (what happened, what to do about it)
 _WRITE_FAULTS = {
     errno.ENOSPC: ("the file system is full", "free space there"),

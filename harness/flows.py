@@ -11,17 +11,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from harness import build as builds
-from harness import console, containers, host, images, publish, suite, summary, verdict
+from harness import build, builders, console, containers, host, images, suite, summary, verdict
 from harness.errors import HarnessError
-from harness.gha import TEST_SESSIONS
+from harness.paths import DOCKER, IMAGE_CONTEXTS, PYPROJECT, REPO, REPORTS, WHEEL_CACHE, WHEELHOUSE
+from harness.records import record_tested
 from harness.summary import write_summary
 from harness.targets import Target, load_targets, select
-
-REPO = Path(__file__).resolve().parent.parent
-WHEELHOUSE = REPO / "wheelhouse"
-REPORTS = REPO / "reports"
-WORK = REPO / "build" / "harness"  # image contexts, build stamps
+from harness.tools import Tools
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,21 +39,23 @@ def parse_posargs(posargs: Sequence[str]) -> Options:
 
 
 def _targets(arches: list[str]) -> list[Target]:
-    return select(load_targets(REPO / "pyproject.toml"), arches)
+    targets = load_targets()
+    builders.check_table(targets)
+    return select(targets, arches)
 
 
 def _allowed() -> tuple[verdict.Allowed, ...]:
-    return verdict.load_allowed(REPO / "pyproject.toml", load_targets(REPO / "pyproject.toml"))
+    return verdict.load_allowed(PYPROJECT, load_targets())
 
 
-def builds_planned(targets: list[Target], requested: list[str], host: str) -> list[tuple[Target, str]]:
+def builds_planned(targets: list[Target], requested: list[str], host_arch: str) -> list[tuple[Target, str]]:
     """(target, builder) pairs to build; a builder no selected target lists is an error."""
     for name in requested:
         if not any(name in target.builders for target in targets):
             listed = "; ".join(f"{t.arch}: {', '.join(t.builders)}" for t in targets)
             raise HarnessError(f"--builder {name}: no selected target builds that way ({listed})")
-    return [(target, builder) for target in targets
-            for builder in builds.choose_builders(target, requested, host)]
+    return [(target, builder.name) for target in targets
+            for builder in builders.choose(target, requested, host_arch)]
 
 
 def _prepare(targets: list[Target], steps: console.StepLog) -> None:
@@ -71,10 +69,10 @@ def _prepare(targets: list[Target], steps: console.StepLog) -> None:
         containers.remove_stale()
 
 
-def _build(target: Target, builder: str, tools: builds.Tools, force: bool, steps: console.StepLog) -> Path:
-    specs = images.ensure_images(target, WORK / "images", steps)
-    return builds.build_wheel(
-        target, builder, specs, repo=REPO, wheelhouse=WHEELHOUSE, cache=WORK / "wheels",
+def _build(target: Target, builder: str, tools: Tools, force: bool, steps: console.StepLog) -> Path:
+    specs = images.ensure_images(target, IMAGE_CONTEXTS, steps)
+    return build.build_wheel(
+        target, builders.BUILDERS[builder], specs, repo=REPO, wheelhouse=WHEELHOUSE, cache=WHEEL_CACHE,
         tools=tools, steps=steps, force=force,
     )
 
@@ -82,28 +80,33 @@ def _build(target: Target, builder: str, tools: builds.Tools, force: bool, steps
 def _test(target: Target, builder: str, wheel: Path, pytest_args: list[str],
           steps: console.StepLog, stage: str = "full",
           on_run: Callable[[suite.RunRecord], None] | None = None) -> list[suite.RunRecord]:
-    specs = images.ensure_images(target, WORK / "images", steps, upto="test")
-    with images.image_in_use(specs["test"].tag, f"nox -s {TEST_SESSIONS[target.arch]}"):
+    specs = images.ensure_images(target, IMAGE_CONTEXTS, steps, upto="test")
+    with images.image_in_use(specs["test"].tag, f"nox -s {target.test_session}"):
         records = suite.run_suite(
             target, builder, test_image=specs["test"].tag, wheel=wheel, repo=REPO, reports=REPORTS,
             steps=steps, pytest_args=pytest_args, stage=stage, on_run=on_run,
         )
     if stage == "full":
-        publish.record_tested(target, wheel, records, REPORTS)  # what publish may upload
+        record_tested(target, wheel, records, REPORTS)  # what publish may upload
     return records
 
 
 def build_time_ratios(steps: console.StepLog) -> list[str]:
-    """For each arch built both ways in this run: how much faster the cross build was."""
-    built = {step.name: step.seconds for step in steps.steps
-             if step.name.startswith("build ") and step.outcome == "done"}
+    """For each arch built more than one way in this run: how much faster its fastest
+    build was than each other one."""
+    times: dict[str, dict[str, float]] = {}  # arch -> builder -> seconds
+    for step in steps.steps:
+        if step.outcome == "done" and (built := build.BUILD_STEP.fullmatch(step.name)):
+            times.setdefault(built[1], {})[built[2]] = step.seconds
     lines = []
-    for name, cross_seconds in built.items():
-        emulated = built.get(name.replace("(cross)", "(cibuildwheel)"))
-        if name.endswith("(cross)") and emulated and cross_seconds > 0:
-            arch = name.split()[1]
-            lines.append(f"{arch}: cross build {console.clock(cross_seconds)}, cibuildwheel build "
-                         f"{console.clock(emulated)}: the cross build is {emulated / cross_seconds:.1f}x faster")
+    for arch, seconds in times.items():
+        fastest = min(seconds, key=seconds.__getitem__)
+        if seconds[fastest] <= 0:
+            continue
+        for other in (name for name in seconds if name != fastest):
+            lines.append(f"{arch}: {fastest} build {console.clock(seconds[fastest])}, {other} build "
+                         f"{console.clock(seconds[other])}: the {fastest} build is "
+                         f"{seconds[other] / seconds[fastest]:.1f}x faster")
     return lines
 
 
@@ -112,10 +115,10 @@ def _print_build_time_ratios(steps: console.StepLog) -> None:
         print(line, flush=True)
 
 
-def build(posargs: Sequence[str], tools: builds.Tools) -> None:
+def build_wheels(posargs: Sequence[str], tools: Tools) -> None:
     options = parse_posargs(posargs)
     targets = _targets(options.arches)
-    planned = builds_planned(targets, options.builders, builds.host_arch())
+    planned = builds_planned(targets, options.builders, host.arch())
     steps = console.StepLog()
     with containers.terminate_as_exit():
         _prepare(targets, steps)
@@ -133,8 +136,8 @@ def test(arch: str, posargs: Sequence[str]) -> bool:
     steps = console.StepLog()
     with containers.terminate_as_exit():
         _prepare([target], steps)
-        wheel = builds.find_wheel(WHEELHOUSE, arch)
-        records = _test(target, builds.built_by(wheel, WORK / "wheels"), wheel, options.pytest_args, steps)
+        wheel = build.find_wheel(WHEELHOUSE, arch)
+        records = _test(target, build.built_by(wheel, WHEEL_CACHE), wheel, options.pytest_args, steps)
     return write_summary(records, steps, REPORTS, allowed)
 
 
@@ -148,13 +151,13 @@ def _could_not(target: Target, builder: str, error: Exception, stage: str) -> su
     return suite.RunRecord.could_not_run(target, builder, why[:400], stage)
 
 
-def matrix(posargs: Sequence[str], tools: builds.Tools) -> bool:
+def matrix(posargs: Sequence[str], tools: Tools) -> bool:
     """Build every (target, builder) wheel, run the canary selection on every run of
     each, then the full suites (see batches()); a failure does not stop the rest."""
     options = parse_posargs(posargs)
     targets = _targets(options.arches)
     allowed = _allowed()
-    planned = builds_planned(targets, options.builders, builds.host_arch())
+    planned = builds_planned(targets, options.builders, host.arch())
     steps = console.StepLog()
     records: list[suite.RunRecord] = []
     with containers.terminate_as_exit(), ThreadPoolExecutor(max_workers=1) as background:
@@ -180,7 +183,7 @@ def matrix(posargs: Sequence[str], tools: builds.Tools) -> bool:
 
 def _images_made(target: Target) -> bool:
     return all(images.image_exists(spec.tag)
-               for spec in images.image_specs(target, images.DOCKER_DIR, host.ca_bundle()).values())
+               for spec in images.image_specs(target, DOCKER, host.ca_bundle()).values())
 
 
 def batches(planned: list[tuple[Target, str]], images_made: Callable[[Target], bool]) -> list[list[tuple[Target, str]]]:
@@ -193,7 +196,7 @@ def batches(planned: list[tuple[Target, str]], images_made: Callable[[Target], b
     return [batch for batch in (first, later) if batch]
 
 
-def _build_then_stages(batch: list[tuple[Target, str]], tools: builds.Tools, options: Options,
+def _build_then_stages(batch: list[tuple[Target, str]], tools: Tools, options: Options,
                        steps: console.StepLog, allowed: Sequence[verdict.Allowed]) -> list[suite.RunRecord]:
     """Every wheel of the batch, then the canary selection on every run of each (its
     failures printed at once, emulated targets first), then the full suites."""
@@ -250,6 +253,6 @@ def _print_lines(lines: list[str]) -> None:
 
 def _background_images(target: Target, steps: console.StepLog) -> None:
     try:
-        images.ensure_images(target, WORK / "images", steps)
+        images.ensure_images(target, IMAGE_CONTEXTS, steps)
     except Exception:  # the target's own turn retries and reports it
         traceback.print_exc()

@@ -1,7 +1,7 @@
 """The GitHub Actions matrix, generated from the target table.
 
 `nox -s gha-matrix` prints it as JSON; the workflows read it with fromJSON, so
-adding a target to [tool.moe-xarch.targets] adds its CI jobs. Every target
+adding a target to the target table adds its CI jobs. Every target
 builds and tests on a runner of its own architecture ("native"); a target whose
 table runner is qemu also gets "emulated" jobs on an x86_64 runner, one per
 builder in its row (the cross build and cibuildwheel under QEMU): the paths this
@@ -16,27 +16,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.build import choose_builders
+from harness import builders
+from harness.paths import PYPROJECT
 from harness.targets import Target, load_targets
-
-REPO = Path(__file__).resolve().parent.parent
-WORKFLOWS = REPO / ".github" / "workflows"
 
 # GitHub's hosted runner images per architecture.
 RUNNERS = {"x86_64": "ubuntu-24.04", "aarch64": "ubuntu-24.04-arm"}
 EMULATING_RUNNER = RUNNERS["x86_64"]
-# The test session of each architecture (noxfile.py).
-TEST_SESSIONS = {"x86_64": "test-x86_64", "aarch64": "test-arm64"}
 
 
 def matrix(targets: Mapping[str, Target]) -> dict[str, Any]:
     native = [
-        {"arch": arch, "os": RUNNERS[arch], "test-session": TEST_SESSIONS[arch], "mode": "native",
-         "builder": choose_builders(target, [], arch)[0]}
+        {"arch": arch, "os": RUNNERS[arch], "test-session": target.test_session, "mode": "native",
+         "builder": builders.choose(target, [], arch)[0].name}
         for arch, target in targets.items()
     ]
     emulated = [
-        {"arch": arch, "os": EMULATING_RUNNER, "test-session": TEST_SESSIONS[arch], "mode": "qemu",
+        {"arch": arch, "os": EMULATING_RUNNER, "test-session": target.test_session, "mode": "qemu",
          "builder": builder, "cpu-models": " ".join(model.name for model in target.cpu_models)}
         for arch, target in targets.items()
         if target.runner == "qemu"
@@ -45,7 +41,7 @@ def matrix(targets: Mapping[str, Target]) -> dict[str, Any]:
     return {"native": {"include": native}, "emulated": {"include": emulated}}
 
 
-def matrix_json(pyproject: Path = REPO / "pyproject.toml") -> str:
+def matrix_json(pyproject: Path = PYPROJECT) -> str:
     return json.dumps(matrix(load_targets(pyproject)), separators=(",", ":"))
 
 

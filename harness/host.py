@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import platform
 import shutil
 import ssl
 import subprocess
@@ -20,9 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.project import NAME
 
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
-DOCKERD_LOG = Path(tempfile.gettempdir()) / "moe-xarch-dockerd.log"
+DOCKERD_LOG = Path(tempfile.gettempdir()) / f"{NAME}-dockerd.log"
 DOCKERD_PIDFILE = Path("/var/run/docker.pid")
 
 # The ELF header magic and mask of each emulated architecture, as QEMU's
@@ -41,6 +43,11 @@ PACKAGES = {
     "debootstrap": "debootstrap",
     "qemu-aarch64-static": "qemu-user-static",
 }
+
+
+def arch() -> str:
+    """This machine's architecture, as the target table names it (uname -m)."""
+    return platform.machine()
 
 
 class HostSetupError(HarnessError):

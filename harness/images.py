@@ -25,11 +25,12 @@ from pathlib import Path
 
 from harness import console, host
 from harness.errors import HarnessError
+from harness.paths import DOCKER
+from harness.project import ENV_PREFIX, NAME
 from harness.targets import Target
 from harness.wheels import download_closure, pip_install_target_command, requirement_lines
 
-DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
-REPOSITORY = "moe-xarch"
+DEBIAN_MIRROR = f"{ENV_PREFIX}_DEBIAN_MIRROR"  # overrides the host's apt sources
 ROLES = ("base", "test", "build")
 
 
@@ -77,7 +78,7 @@ def image_specs(target: Target, docker_dir: Path, ca_bundle: Path) -> dict[str, 
                 "ca-bundle": _sha256(ca_bundle.read_bytes()),
             }
         )
-        base_tag = f"{REPOSITORY}-base:{target.arch}-{target.suite}-{base_hash}"
+        base_tag = f"{NAME}-base:{target.arch}-{target.suite}-{base_hash}"
         specs["base"] = ImageSpec("base", target, base_tag, "scratch", base_files, ())
 
     def derived(role: str, parent: str, files: tuple[str, ...], requirements: tuple[str, ...]) -> None:
@@ -90,7 +91,7 @@ def image_specs(target: Target, docker_dir: Path, ca_bundle: Path) -> dict[str, 
                 "platform": target.platform,
             }
         )
-        tag = f"{REPOSITORY}-{role}:{target.arch}-{digest}"
+        tag = f"{NAME}-{role}:{target.arch}-{digest}"
         specs[role] = ImageSpec(role, target, tag, parent, files, requirements)
 
     derived("test", base_tag, test_files, test_requirements)
@@ -126,7 +127,7 @@ def build_args(spec: ImageSpec) -> dict[str, str]:
 
 def docker_build_command(spec: ImageSpec, context: Path) -> list[str]:
     command = ["docker", "build", f"--platform={spec.target.platform}", f"--tag={spec.tag}"]
-    command += [f"--label=org.moe-xarch.role={spec.role}", f"--file={context / 'Dockerfile'}"]
+    command += [f"--label=org.{NAME}.role={spec.role}", f"--file={context / 'Dockerfile'}"]
     command += [f"--build-arg={key}={value}" for key, value in build_args(spec).items()]
     return [*command, str(context)]
 
@@ -164,9 +165,9 @@ def _gone(tag: str, rerun: str) -> str:
 def debian_mirror(suite: str, sources: Iterable[Path] | None = None) -> str:
     """The host's Debian mirror for suite, read from its apt sources at run time.
 
-    MOE_XARCH_DEBIAN_MIRROR overrides it.
+    DEBIAN_MIRROR overrides it.
     """
-    if override := os.environ.get("MOE_XARCH_DEBIAN_MIRROR"):
+    if override := os.environ.get(DEBIAN_MIRROR):
         return override
     if sources is None:
         sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
@@ -175,7 +176,7 @@ def debian_mirror(suite: str, sources: Iterable[Path] | None = None) -> str:
             return uri
     raise host.HostSetupError(
         f"No apt source for Debian {suite} (main) was found on this host, so debootstrap "
-        f"has no mirror. Set one: export MOE_XARCH_DEBIAN_MIRROR=<a Debian mirror URL>"
+        f"has no mirror. Set one: export {DEBIAN_MIRROR}=<a Debian mirror URL>"
     )
 
 
@@ -222,14 +223,14 @@ def make_rootfs_tar(target: Target, work: Path, tar_path: Path, ca_bundle: Path)
     remove_tree(rootfs)
     mirror = debian_mirror(target.suite)
     label = f"debootstrap {target.arch}"
-    packages = debian_packages(DOCKER_DIR)
+    packages = debian_packages(DOCKER)
     console.run_streamed(debootstrap_command(target, rootfs, mirror, packages), label)
     # Containers then trust what the host trusts (a TLS-intercepting proxy included).
     (rootfs / "etc/ssl/certs").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(ca_bundle, rootfs / "etc/ssl/certs/ca-certificates.crt")
     for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
         subprocess.run(["find", str(rootfs / cache), "-type", "f", "-delete"], check=True)
-    # Uncompressed: ADD unpacks a plain tar too, and gzip would cost a core for a minute.
+    # Uncompressed: ADD unpacks a plain tar too, and gzip would only cost CPU time.
     console.run_streamed(
         ["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(tar_path), "."], f"tar {target.arch}"
     )
@@ -242,9 +243,9 @@ def make_rootfs_tar(target: Target, work: Path, tar_path: Path, ca_bundle: Path)
 def _prepare_context(spec: ImageSpec, context: Path, ca_bundle: Path) -> None:
     remove_tree(context)
     context.mkdir(parents=True)
-    shutil.copyfile(DOCKER_DIR / spec.files[0], context / "Dockerfile")
+    shutil.copyfile(DOCKER / spec.files[0], context / "Dockerfile")
     for name in spec.files[1:]:
-        shutil.copy2(DOCKER_DIR / name, context / name)
+        shutil.copy2(DOCKER / name, context / name)
     if spec.role == "base":
         make_rootfs_tar(spec.target, context, context / "rootfs.tar", ca_bundle)
     if spec.requirements:
@@ -260,7 +261,7 @@ def _prepare_context(spec: ImageSpec, context: Path, ca_bundle: Path) -> None:
 def _install_on_host(wheels: list[Path], context: Path, target: Target) -> None:
     """Install the test image's packages on the host into context/site-packages.
 
-    pip under QEMU takes minutes to unpack and compile torch; natively, seconds.
+    Natively, not under QEMU: unpacking and compiling torch is pip's slowest work.
     Only pip stays in wheels/, to install itself in the image (its `bin/pip` is
     what cibuildwheel looks for).
     """
@@ -279,7 +280,7 @@ def ensure_images(
 ) -> dict[str, ImageSpec]:
     """Build whichever of the target's images up to `upto` is missing; return their specs."""
     ca_bundle = host.ca_bundle()
-    specs = image_specs(target, DOCKER_DIR, ca_bundle)
+    specs = image_specs(target, DOCKER, ca_bundle)
     wanted = ROLES[: ROLES.index(upto) + 1]
     specs = {role: spec for role, spec in specs.items() if role in wanted}
     for spec in specs.values():

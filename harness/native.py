@@ -7,23 +7,19 @@ For a nox session whose virtualenv has the package installed:
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Protocol
 
+from harness import host
 from harness.errors import HarnessError
+from harness.project import ENV_PREFIX, SUPPORTED_ISAS
 from harness.targets import load_targets
-
-REPO = Path(__file__).resolve().parent.parent
-
-SUPPORTED_ISAS = "import moe_xarch; print(*moe_xarch.supported_isas())"
 
 
 def host_torch_requirement() -> str:
     """The torch the target table names for this machine's architecture."""
-    targets = load_targets(REPO / "pyproject.toml")
-    machine = platform.machine()
+    targets = load_targets()
+    machine = host.arch()
     if machine not in targets:
         raise HarnessError(f"no target in the table for this host's architecture {machine}")
     return targets[machine].torch
@@ -40,8 +36,8 @@ def suite_runs(levels: Sequence[str], pytest_args: Sequence[str]) -> list[tuple[
     return [
         (
             # Natively there is time for the whole matrix, not only its covering array.
-            {"MOE_XARCH_ISA": level, "MOE_XARCH_EXPECT_ISA": level,
-             "MOE_XARCH_TEST_STRENGTH": "full"},
+            {f"{ENV_PREFIX}_ISA": level, f"{ENV_PREFIX}_EXPECT_ISA": level,
+             f"{ENV_PREFIX}_TEST_STRENGTH": "full"},
             ["python", "-m", "pytest", "tests/kernels", "-p", "no:cacheprovider", *pytest_args],
         )
         for level in levels

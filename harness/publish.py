@@ -1,11 +1,8 @@
 """Publishing: from tested wheels to an index, all or nothing.
 
 `nox -s publish` uploads one wheel per target of the table and the sdist, and
-only files that the test sessions recorded as passing (reports/manifest-<arch>.json,
-keyed by each wheel's sha256). The destination comes from the environment alone
-(TWINE_REPOSITORY_URL, or TWINE_REPOSITORY naming a .pypirc section); there is
-no default. Credentials are twine's business (TWINE_USERNAME/TWINE_PASSWORD or a
-keyring) and are never printed.
+only files that the test sessions recorded as passing (harness/records.py). The
+destination and what it holds are the index client's (harness/index.py).
 
 Before uploading, the index is asked which files it already has: a file with
 the same bytes is skipped (so a re-run after a half-failed upload finishes the
@@ -17,19 +14,12 @@ is asked again and the user told exactly which files are on it and which not.
 from __future__ import annotations
 
 import argparse
-import base64
 import dataclasses
-import hashlib
-import html.parser
-import json
 import os
 import subprocess
 import sys
 import tarfile
 import tempfile
-import urllib.error
-import urllib.parse
-import urllib.request
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -38,136 +28,19 @@ from typing import Any
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
-from harness.build import PROJECT, backend_requirements, put, wheel_matches
-from harness.errors import HarnessError, writing
-from harness.gha import TEST_SESSIONS
-from harness.suite import RunRecord
+from harness.build import put, wheel_matches
+from harness.errors import HarnessError, PublishError, writing
+from harness.index import Destination, destination, index_files
+from harness.paths import PYPROJECT, REPO, REPORTS, WHEELHOUSE
+from harness.project import NAME, PACKAGE
+from harness.records import load_manifest, same_tests_problems, sha256, test_problems
 from harness.targets import Target, load_targets
-from harness.verdict import Allowed, Outcome, RunId, compare, load_allowed, read_junit
+from harness.tools import backend_requirements
+from harness.verdict import Allowed, load_allowed
 from harness.wheels import read_wheel
 
-REPO = Path(__file__).resolve().parent.parent
-WHEELHOUSE = REPO / "wheelhouse"
-REPORTS = REPO / "reports"
-DISTRIBUTION = "moe-xarch"
 # What the publish tests add: a real index with htpasswd authentication.
 TEST_REQUIREMENTS = ("pytest", "pypiserver>=2.3", "passlib>=1.7")
-
-NO_DESTINATION = (
-    "No destination index: nox -s publish never picks one by itself. Set either\n"
-    "  TWINE_REPOSITORY_URL=<the index's upload URL>   or\n"
-    "  TWINE_REPOSITORY=<a section of your .pypirc>\n"
-    "and the credentials as TWINE_USERNAME / TWINE_PASSWORD (or in a keyring).\n"
-    "Set MOE_XARCH_INDEX_URL to the index's simple (PEP 503) URL when it is not\n"
-    "<upload URL>/simple/. Try it first with: nox -s publish -- --dry-run"
-)
-
-
-class PublishError(HarnessError):
-    """Publishing refused or failed; the message says why and what to do."""
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-# --- the manifest the test sessions write --------------------------------------------
-
-
-def _write_json_atomically(path: Path, data: object, rerun: str) -> None:
-    incoming = None
-    try:
-        with writing(path.parent, rerun):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as file:
-                incoming = Path(file.name)
-                json.dump(data, file, indent=2)
-                file.write("\n")
-            os.replace(incoming, path)
-    finally:
-        if incoming is not None:
-            incoming.unlink(missing_ok=True)
-
-
-def load_manifest(reports: Path = REPORTS) -> dict[str, Any]:
-    """Every test record in reports/: one manifest file per architecture, so that
-    CI jobs of different architectures can hand theirs over side by side."""
-    merged: dict[str, Any] = {"wheels": {}}
-    for path in sorted(reports.glob("manifest*.json")):
-        merged["wheels"].update(json.loads(path.read_text()).get("wheels", {}))
-    return merged
-
-
-def record_tested(target: Target, wheel: Path, records: Sequence[RunRecord], reports: Path = REPORTS) -> Path:
-    """Record a target's test runs against the exact wheel they installed.
-
-    Called by the test flow after each target's runs (harness/flows.py). Entries
-    are keyed by sha256, so a rebuilt wheel has no record until it is tested.
-    """
-    from harness.summary import judge  # the summary's verdict, so both agree
-
-    runs = []
-    for record in records:
-        row = judge(record)
-        junit = Path(record.report_dir) / "junit.xml" if record.report_dir else None
-        tests = read_junit(junit) if junit and junit.is_file() else {}
-        runs.append(
-            {"cpu": record.cpu, "isa": record.isa, "isa_reported": record.isa_reported,
-             "passed": row.counts.passed, "failed": row.counts.failures,
-             "skipped": row.counts.skipped, "result": row.result,
-             # what publish compares across the architectures (same_tests_problems)
-             "tests": {test: outcome.outcome for test, outcome in tests.items()}}
-        )
-    path = reports / f"manifest-{target.arch}.json"
-    manifest = json.loads(path.read_text()) if path.exists() else {"wheels": {}}
-    manifest["wheels"][sha256(wheel)] = {
-        "file": wheel.name, "arch": target.arch, "torch": target.torch, "runs": runs,
-    }
-    _write_json_atomically(path, manifest, f"nox -s {TEST_SESSIONS[target.arch]}")
-    return path
-
-
-def test_problems(target: Target, entry: Mapping[str, Any] | None) -> list[str]:
-    """Why a manifest entry is not a passing test record for the target (empty: it is)."""
-    if entry is None:
-        return [f"no test record for this exact file (nox -s {TEST_SESSIONS[target.arch]} tests it)"]
-    runs = entry.get("runs", [])
-    problems = [f"{run['cpu']}/{run['isa']}: {run['result']}" for run in runs
-                if run["result"].startswith("FAILED")]
-    passed = {(run["cpu"], run["isa"]) for run in runs if run["result"] == "passed"}
-    if target.runner == "qemu":
-        problems += [f"CPU model {model.name} ({model.isa}) was not tested"
-                     for model in target.cpu_models if (model.name, model.isa) not in passed]
-    else:
-        ran = {run["isa"] for run in runs}
-        problems += [f"ISA level {level} has no record" for level in target.isa_levels if level not in ran]
-    if not passed:
-        problems.append("no run passed")
-    return problems
-
-
-def same_tests_problems(entries: Mapping[str, Mapping[str, Any]], allowed: Sequence[Allowed]) -> list[str]:
-    """The recorded runs of the wheels to publish (arch -> manifest entry) must have run
-    the same tests, as the matrix verdict requires: test sessions run one arch at a time."""
-    runs: dict[RunId, dict[str, Outcome]] = {}
-    problems = []
-    for arch, entry in entries.items():
-        # Only runs that ran: a level this CPU lacks has no tests, and a failed run is
-        # refused by test_problems already.
-        for run in (run for run in entry.get("runs", []) if run["result"] == "passed"):
-            if "tests" not in run:
-                problems.append(f"{arch} {run['cpu']}/{run['isa']}: recorded without its test IDs "
-                                f"(test it again: nox -s {TEST_SESSIONS[arch]})")
-                continue
-            runs[RunId(arch, "", run["cpu"], run["isa"])] = {
-                test: Outcome(outcome) for test, outcome in run["tests"].items()}
-    if runs and not problems:
-        problems += [f"not the same tests: {drift}" for drift in compare(runs, allowed).drifts]
-    return problems
 
 
 # --- what would be published ------------------------------------------------------------
@@ -190,7 +63,7 @@ def torch_pin_problem(wheel: Path, target: Target) -> str | None:
     release of its target's table row (X.Y.*)."""
     try:
         metadata = read_wheel(wheel, f"run nox -s build -- --arch {target.arch}, which replaces it, then "
-                              f"publish again", project=PROJECT, arch=target.arch)
+                              f"publish again", project=PACKAGE, arch=target.arch)
     except HarnessError as error:
         return str(error)
     major_minor = ".".join(target.torch.split("==", 1)[1].split(".")[:2])
@@ -232,7 +105,7 @@ def collect(targets: Mapping[str, Target], wheelhouse: Path, manifest: Mapping[s
         artifacts.append(Artifact(wheel, digest, str(parse_wheel_filename(wheel.name)[1]), arch))
     problems += same_tests_problems(tested, allowed)
     problems += [f"{w.name}: a wheel of no target in the table" for w in wheels if w not in claimed]
-    sdists = sorted(wheelhouse.glob(f"{PROJECT}-*.tar.gz")) if wheelhouse.is_dir() else []
+    sdists = sorted(wheelhouse.glob(f"{PACKAGE}-*.tar.gz")) if wheelhouse.is_dir() else []
     if len(sdists) != 1:
         problems.append(f"expected exactly one sdist in {wheelhouse.name}/, found {[s.name for s in sdists] or 'none'}")
     else:
@@ -261,147 +134,9 @@ def sdist_problems(sdist: Path) -> list[str]:
     except (tarfile.TarError, EOFError, zlib.error, OSError) as error:
         return [f"{sdist} is not a whole sdist, truncated or damaged ({error}): delete it (nox -s publish "
                 f"builds the tree's sdist when the wheelhouse has none) and publish again"]
-    needed = ["pyproject.toml", "CMakeLists.txt", "PKG-INFO", "csrc/moe_xarch.h",
-              "csrc/register.cpp", "build_support/torch_pin.py", "package/moe_xarch/__init__.py"]
+    needed = ["pyproject.toml", "CMakeLists.txt", "PKG-INFO", f"csrc/{PACKAGE}.h",
+              "csrc/register.cpp", "build_support/torch_pin.py", f"package/{PACKAGE}/__init__.py"]
     return [f"{sdist.name} lacks {name}" for name in needed if name not in names]
-
-
-# --- where to -------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Destination:
-    upload_url: str
-    simple_url: str
-    twine_args: tuple[str, ...]  # --repository-url URL or --repository NAME
-    username: str | None = dataclasses.field(default=None, repr=False)
-    password: str | None = dataclasses.field(default=None, repr=False)
-
-    def describe(self) -> str:
-        return f"{_redact_url(self.upload_url)} (simple index {_redact_url(self.simple_url)})"
-
-    def credentials_source(self, env: Mapping[str, str]) -> str:
-        if env.get("TWINE_PASSWORD"):
-            return "TWINE_USERNAME/TWINE_PASSWORD from the environment"
-        if self.password:
-            return "the .pypirc section"
-        return "a keyring, if one holds them (twine asks it)"
-
-
-def _redact_url(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    if parts.password or parts.username:
-        host = parts.hostname or ""
-        if parts.port:
-            host += f":{parts.port}"
-        return urllib.parse.urlunsplit(parts._replace(netloc=f"***@{host}"))
-    return url
-
-
-def destination(env: Mapping[str, str] = os.environ) -> Destination:
-    url = env.get("TWINE_REPOSITORY_URL", "").strip()
-    name = env.get("TWINE_REPOSITORY", "").strip()
-    username = env.get("TWINE_USERNAME") or None
-    password = env.get("TWINE_PASSWORD") or None
-    if url:
-        twine_args: tuple[str, ...] = ("--repository-url", url)
-    elif name:
-        from twine import exceptions, utils
-
-        config_file = env.get("TWINE_CONFIG_FILE", utils.DEFAULT_CONFIG_FILE)
-        try:
-            config = utils.get_repository_from_config(config_file, name)
-        except exceptions.InvalidConfiguration as error:
-            raise PublishError(f"TWINE_REPOSITORY={name}: {error}") from None
-        url = str(config["repository"])
-        username = username or config.get("username")
-        password = password or config.get("password")
-        twine_args = ("--repository", name, "--config-file", config_file)
-    else:
-        raise PublishError(NO_DESTINATION)
-    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
-        raise PublishError(f"the destination {url!r} is not an http(s) URL")
-    simple = env.get("MOE_XARCH_INDEX_URL", "").strip() or url.rstrip("/") + "/simple/"
-    return Destination(url, simple.rstrip("/") + "/", twine_args, username, password)
-
-
-# --- what the index has -----------------------------------------------------------------------
-
-
-class _Links(html.parser.HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.links: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "a":
-            self.links += [value for key, value in attrs if key == "href" and value]
-
-
-def _open(dest: Destination, url: str, timeout: float) -> Any:
-    request = urllib.request.Request(url)
-    try:
-        return urllib.request.urlopen(request, timeout=timeout)
-    except urllib.error.HTTPError as error:
-        if error.code != 401 or not dest.password:
-            raise
-    token = base64.b64encode(f"{dest.username or ''}:{dest.password}".encode()).decode()
-    request.add_header("Authorization", f"Basic {token}")
-    return urllib.request.urlopen(request, timeout=timeout)
-
-
-def _refuse_other_server(page: str, landed: str) -> None:
-    """A project page sent on to another server lists that server's files, not the
-    index's own: pypiserver sends a project it has no files of to PyPI unless
-    started with --disable-fallback."""
-    if urllib.parse.urlsplit(landed).netloc != urllib.parse.urlsplit(page).netloc:
-        raise PublishError(
-            f"the index sent {_redact_url(page)} on to another server, {_redact_url(landed)}, so what is "
-            f"listed there is not the index's own; nothing was uploaded. Publish to an index that answers "
-            f"for {DISTRIBUTION} itself (pypiserver: start it with --disable-fallback)"
-        )
-
-
-def index_files(dest: Destination, project: str = DISTRIBUTION, timeout: float = 30) -> dict[str, str]:
-    """filename -> sha256 of every file of the project on the index."""
-    page = dest.simple_url + canonicalize_name(project) + "/"
-    try:
-        with _open(dest, page, timeout) as response:
-            base = response.geturl()
-            _refuse_other_server(page, base)
-            text = response.read().decode("utf-8", "replace")
-    except urllib.error.HTTPError as error:
-        _refuse_other_server(page, error.geturl())
-        if error.code == 404:
-            return {}
-        if error.code in (401, 403):
-            raise PublishError(
-                f"the index refused to list {project} ({error.code} {error.reason}) at "
-                f"{_redact_url(page)}: check TWINE_USERNAME/TWINE_PASSWORD"
-            ) from None
-        raise PublishError(f"the index answered {error.code} {error.reason} for {_redact_url(page)}") from None
-    except (urllib.error.URLError, OSError) as error:
-        reason = getattr(error, "reason", error)
-        raise PublishError(
-            f"the index at {_redact_url(dest.simple_url)} is not reachable ({reason}); nothing was uploaded"
-        ) from None
-    parser = _Links()
-    parser.feed(text)
-    files: dict[str, str] = {}
-    for link in parser.links:
-        absolute = urllib.parse.urljoin(base, link)
-        path, _, fragment = absolute.partition("#")
-        filename = urllib.parse.unquote(path.rsplit("/", 1)[-1])
-        algorithm, _, value = fragment.partition("=")
-        if algorithm == "sha256" and value:
-            files[filename] = value
-        else:  # no sha256 in the page: hash the file itself
-            digest = hashlib.sha256()
-            with _open(dest, path, timeout) as response:
-                for block in iter(lambda: response.read(1 << 20), b""):
-                    digest.update(block)
-            files[filename] = digest.hexdigest()
-    return files
 
 
 # --- the plan and the upload ----------------------------------------------------------------
@@ -513,12 +248,12 @@ def upload(twine: Sequence[str], dest: Destination, plan: Plan, artifacts: Seque
 
 
 def wheel_versions(wheelhouse: Path) -> set[str]:
-    return {str(parse_wheel_filename(w.name)[1]) for w in wheelhouse.glob(f"{PROJECT}-*.whl")}
+    return {str(parse_wheel_filename(w.name)[1]) for w in wheelhouse.glob(f"{PACKAGE}-*.whl")}
 
 
 def _sdists(wheelhouse: Path) -> dict[str, Path]:
     """version -> sdist in wheelhouse/."""
-    return {str(parse_sdist_filename(p.name)[1]): p for p in wheelhouse.glob(f"{PROJECT}-*.tar.gz")}
+    return {str(parse_sdist_filename(p.name)[1]): p for p in wheelhouse.glob(f"{PACKAGE}-*.tar.gz")}
 
 
 def needs_sdist_build(wheelhouse: Path) -> bool:
@@ -530,7 +265,7 @@ def needs_sdist_build(wheelhouse: Path) -> bool:
 
 def build_sdist(python: str, outdir: Path, repo: Path = REPO) -> Path:
     """Build the tree's sdist into outdir; a killed build leaves no half file there."""
-    with tempfile.TemporaryDirectory(prefix="moe-xarch-sdist-") as out:
+    with tempfile.TemporaryDirectory(prefix=f"{NAME}-sdist-") as out:
         subprocess.run([python, "-m", "build", "--sdist", "--no-isolation", "--outdir", out, str(repo)], check=True)
         (built,) = Path(out).glob("*.tar.gz")
         return put(built, outdir, "nox -s publish")
@@ -570,7 +305,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="build the tree's sdist into the wheelhouse and check it (CI hands it to publish)")
     parser.add_argument("--wheelhouse", type=Path, default=WHEELHOUSE)
     parser.add_argument("--reports", type=Path, default=REPORTS)
-    parser.add_argument("--pyproject", type=Path, default=REPO / "pyproject.toml")
+    parser.add_argument("--pyproject", type=Path, default=PYPROJECT)
     return parser.parse_args(list(argv))
 
 
@@ -620,7 +355,7 @@ def main(argv: Sequence[str]) -> None:
         return
     if plan.upload:
         upload(twine, dest, plan, artifacts)
-    print(f"published: every file of {DISTRIBUTION} {artifacts[0].version} is on the index "
+    print(f"published: every file of {NAME} {artifacts[0].version} is on the index "
           f"({len(plan.upload)} uploaded, {len(plan.present)} already there)", flush=True)
 
 

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness import console, containers
+from harness.paths import DOCKER
 from harness.targets import Target
 from harness.wheels import requirement_lines
 
-DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
 # Under QEMU an import of torch takes about 9 s and the suite minutes; a hung
 # run must not hold CI until its own limit.
 RUN_TIMEOUT_SECONDS = 40 * 60
@@ -30,7 +30,7 @@ STAGES = {"canary": ["-m", "canary"], "full": []}
 CANARY_TIMEOUT_SECONDS = 10 * 60
 
 
-def host_test_requirements(docker_dir: Path = DOCKER_DIR) -> list[str]:
+def host_test_requirements(docker_dir: Path = DOCKER) -> list[str]:
     """The test image's own pins but pip's: tests/harness runs the suite's script on
     scratch projects, whose crashes must behave as in the containers, and tests/drift
     runs tests/kernels natively (numpy: torch warns at import without it)."""
@@ -73,7 +73,7 @@ def _mounts(repo: Path, wheel: Path) -> list[str]:
         f"--volume={repo / 'pyproject.toml'}:/src/pyproject.toml:ro",
         # the file, not wheelhouse/: a wheel replaced there meanwhile does not change under the run
         f"--volume={wheel}:/wheelhouse/{wheel.name}:ro",
-        f"--volume={DOCKER_DIR / 'run-kernel-suite.sh'}:/harness/run-kernel-suite.sh:ro",
+        f"--volume={DOCKER / 'run-kernel-suite.sh'}:/harness/run-kernel-suite.sh:ro",
     ]
 
 

@@ -1,8 +1,13 @@
-"""The target table, [tool.moe-xarch.targets.<arch>] in pyproject.toml.
+"""The target table, [tool.<project>.targets.<arch>] in pyproject.toml.
 
 One row per architecture; everything else (images, builds, test runs, the
 summary) reads the frozen Target objects made here. Unknown or misspelt keys are
 errors with a "did you mean" hint, so a typo cannot silently drop a setting.
+The builder names a row lists are looked up in harness/builders.py.
+
+An architecture is named as the table names it (uname -m: x86_64, aarch64)
+everywhere in the harness; ARCHES maps that name to the words other tools and
+the users have for it (Docker's platform, Debian's arch, the test session).
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import HarnessError
+from harness.paths import PYPROJECT
+from harness.project import NAME, TABLE
 
 
 class TableError(HarnessError):
@@ -25,6 +32,9 @@ class TableError(HarnessError):
 class Arch:
     platform: str  # docker --platform
     debian: str  # debootstrap --arch
+    test_session: str  # the nox session that tests the arch's wheel (the users' word for it)
+    sources: str  # its folder of kernels, csrc/arch/<sources>/
+    elf_machine: int  # e_machine of its shared objects
     glibc_min_minor: int  # oldest manylinux_2_X tag that exists for the arch
     legacy_manylinux: tuple[tuple[str, int], ...]  # alias tags (manylinux2014 = 2_17)
     cross_triplet: str = ""  # Debian's cross toolchain for the arch, where the harness uses one
@@ -32,9 +42,12 @@ class Arch:
 
 ARCHES = {
     "x86_64": Arch(
-        "linux/amd64", "amd64", 5, (("manylinux2014", 17), ("manylinux2010", 12), ("manylinux1", 5))
+        "linux/amd64", "amd64", "test-x86_64", "x86", 62, 5,
+        (("manylinux2014", 17), ("manylinux2010", 12), ("manylinux1", 5)),
     ),
-    "aarch64": Arch("linux/arm64", "arm64", 17, (("manylinux2014", 17),), "aarch64-linux-gnu"),
+    "aarch64": Arch(
+        "linux/arm64", "arm64", "test-arm64", "arm", 183, 17, (("manylinux2014", 17),), "aarch64-linux-gnu"
+    ),
 }
 
 # The Debian suites the images can be made from: their CPython and glibc.
@@ -45,10 +58,7 @@ SUITES = {
 }
 
 RUNNERS = ("native", "qemu")
-# cibuildwheel: in the target's build image (emulated on a foreign host);
-# cross: the host's cross compiler against the target's torch (harness/cross.py).
-BUILDERS = ("cibuildwheel", "cross")
-# The parts of [tool.moe-xarch]; allowed-differences is read by harness/verdict.py.
+# The parts of the harness's table; allowed-differences is read by harness/verdict.py.
 SECTIONS = ("targets", "allowed-differences")
 
 
@@ -69,7 +79,7 @@ class Target:
     base_image: str = ""  # a registry image to start from instead of a debootstrap root
     isa_levels: tuple[str, ...] = ()  # native: every level to test where supported
     cpu_models: tuple[CpuModel, ...] = ()  # qemu: one test run per model
-    builders: tuple[str, ...] = ("cibuildwheel",)  # in order of preference
+    builders: tuple[str, ...] = ("cibuildwheel",)  # names in harness/builders.py, in order of preference
 
     @property
     def cross_triplet(self) -> str:
@@ -78,6 +88,15 @@ class Target:
     @property
     def debian_arch(self) -> str:
         return ARCHES[self.arch].debian
+
+    @property
+    def test_session(self) -> str:
+        return ARCHES[self.arch].test_session
+
+    @property
+    def where(self) -> str:
+        """The target's row in pyproject.toml, for messages."""
+        return row_name(self.arch)
 
     @property
     def glibc(self) -> tuple[int, int]:
@@ -111,7 +130,7 @@ def _did_you_mean(word: str, choices: Any) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _one_of(where: str, what: str, value: str, choices: Any) -> None:
+def one_of(where: str, what: str, value: str, choices: Any) -> None:
     if value not in choices:
         raise TableError(
             f"{where}: unknown {what} {value!r}{_did_you_mean(value, choices)}; "
@@ -137,16 +156,20 @@ def typed_fields(where: str, row: Mapping[str, Any], keys: Mapping[str, tuple[st
     return fields
 
 
+def row_name(arch: str) -> str:
+    return f"[{TABLE}.targets.{arch}]"
+
+
 def _parse_target(arch: str, row: Mapping[str, Any]) -> Target:
-    where = f"[tool.moe-xarch.targets.{arch}]"
-    _one_of("[tool.moe-xarch.targets]", "architecture", arch, ARCHES)
+    where = row_name(arch)
+    one_of(f"[{TABLE}.targets]", "architecture", arch, ARCHES)
     fields: dict[str, Any] = {"arch": arch, **typed_fields(where, row, _KEYS)}
 
     expected_platform = ARCHES[arch].platform
     if fields["platform"] != expected_platform:
         raise TableError(f"{where}: platform must be {expected_platform!r} for {arch}")
-    _one_of(where, "suite", fields["suite"], SUITES)
-    _one_of(where, "runner", fields["runner"], RUNNERS)
+    one_of(where, "suite", fields["suite"], SUITES)
+    one_of(where, "runner", fields["runner"], RUNNERS)
 
     suite_python = SUITES[fields["suite"]][0]
     versions = tuple(fields["python_versions"])
@@ -177,33 +200,27 @@ def _parse_target(arch: str, row: Mapping[str, Any]) -> Target:
             raise TableError(f"{where}: cpu-models values must be ISA names ({', '.join(bad)})")
     fields["isa_levels"] = isa_levels
     fields["cpu_models"] = cpu_models
-    builders = tuple(fields.get("builders", ("cibuildwheel",)))
-    if not builders:
-        raise TableError(f"{where}: builders must name at least one of {', '.join(BUILDERS)}")
-    for builder in builders:
-        _one_of(where, "builder", builder, BUILDERS)
-    if "cross" in builders and not ARCHES[arch].cross_triplet:
-        raise TableError(f"{where}: the harness has no cross toolchain for {arch}")
-    fields["builders"] = builders
+    if "builders" in fields:
+        fields["builders"] = tuple(fields["builders"])
     return Target(**fields)
 
 
 def parse_targets(pyproject: Mapping[str, Any]) -> dict[str, Target]:
     """The targets of a parsed pyproject.toml, keyed by architecture."""
-    table = pyproject.get("tool", {}).get("moe-xarch")
+    table = pyproject.get("tool", {}).get(NAME)
     if table is None:
-        raise TableError("pyproject.toml has no [tool.moe-xarch] table")
+        raise TableError(f"pyproject.toml has no [{TABLE}] table")
     unknown = set(table) - set(SECTIONS)
     if unknown:
         key = sorted(unknown)[0]
-        raise TableError(f"[tool.moe-xarch]: unknown key {key!r}{_did_you_mean(key, SECTIONS)}")
+        raise TableError(f"[{TABLE}]: unknown key {key!r}{_did_you_mean(key, SECTIONS)}")
     rows = table.get("targets") or {}
     if not rows:
-        raise TableError("[tool.moe-xarch.targets] lists no target")
+        raise TableError(f"[{TABLE}.targets] lists no target")
     return {arch: _parse_target(arch, row) for arch, row in rows.items()}
 
 
-def load_targets(pyproject_path: Path) -> dict[str, Target]:
+def load_targets(pyproject_path: Path = PYPROJECT) -> dict[str, Target]:
     with pyproject_path.open("rb") as file:
         return parse_targets(tomllib.load(file))
 
@@ -211,5 +228,5 @@ def load_targets(pyproject_path: Path) -> dict[str, Target]:
 def select(targets: Mapping[str, Target], arches: list[str]) -> list[Target]:
     """The targets named on the command line (all of them when none is named)."""
     for arch in arches:
-        _one_of("--arch", "architecture", arch, targets)
+        one_of("--arch", "architecture", arch, targets)
     return [targets[arch] for arch in arches] if arches else list(targets.values())

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.targets import TableError, Target, typed_fields
-from harness.targets import _one_of as one_of
+from harness.targets import one_of
 
 # JUnit shows an xfail as <skipped type="pytest.xfail">, a strict xpass as a failure
 # whose message starts so, and a non-strict xpass as a pass (xfail_strict is on).

@@ -11,8 +11,9 @@ import subprocess
 from pathlib import Path
 
 from harness.errors import HarnessError
+from harness.project import PACKAGE
 
-VARIABLE = "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_MOE_XARCH"
+VARIABLE = f"SETUPTOOLS_SCM_PRETEND_VERSION_FOR_{PACKAGE.upper()}"  # setuptools-scm's name for it
 
 
 def project_version(repo: Path, python: str) -> str:

@@ -27,10 +27,6 @@ from packaging.version import InvalidVersion, Version
 from harness.errors import HarnessError
 from harness.targets import ARCHES, Target
 
-# ELF e_machine of each architecture's shared objects
-ELF_MACHINES = {"x86_64": 62, "aarch64": 183}
-
-
 def read_wheel(path: Path, remedy: str, *, project: str | None = None, arch: str | None = None) -> Message:
     """Check that a wheel is whole and is what its file name says (of project, for
     arch, when given); return its METADATA headers.
@@ -69,7 +65,7 @@ def read_wheel(path: Path, remedy: str, *, project: str | None = None, arch: str
     if not tags <= {Tag(*line.strip().split("-")) for line in wheel_tags if line.count("-") == 2}:
         raise bad(f"is tagged {', '.join(wheel_tags) or 'nothing'} inside, not what its name says")
     machines = {header[18:20] for header in headers if header.startswith(b"\x7fELF")}
-    if arch is not None and machines - {ELF_MACHINES[arch].to_bytes(2, "little")}:
+    if arch is not None and machines - {ARCHES[arch].elf_machine.to_bytes(2, "little")}:
         raise bad(f"holds shared objects that are not {arch} code")
     return metadata
 

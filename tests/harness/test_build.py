@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -10,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import build, console, images
+from harness import build, builders, console, images, tools
 from harness.errors import HarnessError
-from harness.targets import parse_targets
 from tests.harness.wheelfiles import make_wheel, project_wheel
 
 
@@ -54,18 +52,6 @@ def test_stage_copies_only_the_listed_files(repo, tmp_path):
     assert not (dest / "build").exists()
 
 
-def test_cibuildwheel_env_per_target(arm):
-    env = build.cibuildwheel_env(arm, "moe-xarch-build:aarch64-abc", ["--label=o=1"], "1.2.dev3+g4")
-    assert env == {
-        "CIBW_PLATFORM": "linux",
-        "CIBW_ENVIRONMENT": "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_MOE_XARCH=1.2.dev3+g4",
-        "CIBW_ARCHS": "aarch64",
-        "CIBW_BUILD": "cp311-manylinux_aarch64",
-        "CIBW_MANYLINUX_AARCH64_IMAGE": "moe-xarch-build:aarch64-abc",
-        "CIBW_CONTAINER_ENGINE": "docker; create_args: --label=o=1",
-    }
-
-
 @pytest.mark.parametrize(
     ("name", "arch", "matches"),
     [
@@ -87,7 +73,7 @@ def test_find_wheel_wants_exactly_one(tmp_path):
     assert build.find_wheel(tmp_path, "aarch64") == wheel
 
 
-def test_publish_replaces_older_wheels_of_the_arch_only(tmp_path):
+def test_replace_in_wheelhouse_replaces_older_wheels_of_the_arch_only(tmp_path):
     wheelhouse = tmp_path / "wheelhouse"
     wheelhouse.mkdir()
     old = wheelhouse / "moe_xarch-0.0.9-py3-none-manylinux_2_28_aarch64.whl"
@@ -97,7 +83,7 @@ def test_publish_replaces_older_wheels_of_the_arch_only(tmp_path):
     kept = tmp_path / "kept" / "moe_xarch-0.1.0-py3-none-manylinux_2_28_aarch64.whl"
     kept.parent.mkdir()
     kept.write_bytes(b"new")
-    final = build.publish(kept, wheelhouse, "aarch64")
+    final = build.replace_in_wheelhouse(kept, wheelhouse, "aarch64")
     assert final.read_bytes() == b"new" and kept.exists()  # the builder keeps its copy
     assert not old.exists() and other_arch.exists()
     assert not list(wheelhouse.glob(".partial-*"))
@@ -115,30 +101,6 @@ def test_partial_outputs_of_dead_runs_are_removed(tmp_path):
     assert not dead.exists() and not dead_file.exists() and alive.exists()
 
 
-@pytest.mark.parametrize(
-    ("requested", "host", "chosen"),
-    [
-        ([], "x86_64", ["cross"]),  # the table's first choice, where it applies
-        ([], "aarch64", ["cibuildwheel"]),  # no cross build on the target's own arch
-        (["cibuildwheel"], "x86_64", ["cibuildwheel"]),
-        (["cibuildwheel", "cross"], "x86_64", ["cibuildwheel", "cross"]),
-    ],
-)
-def test_choose_builders(make_table, requested, host, chosen):
-    arm = parse_targets(make_table())["aarch64"]
-    arm = dataclasses.replace(arm, builders=("cross", "cibuildwheel"))
-    assert build.choose_builders(arm, requested, host) == chosen
-
-
-def test_host_tools_pin_the_cross_backend_as_the_build_image_does(tmp_path):
-    (tmp_path / "requirements-build.txt").write_text(
-        "auditwheel==6.8.2\ncmake==4.4.5  # the compile\nninja==1.13.2\nscikit-build-core==1.1.2\n"
-    )
-    assert build.host_tool_requirements(tmp_path) == [
-        build.CIBUILDWHEEL, "cmake==4.4.5", "ninja==1.13.2", "scikit-build-core==1.1.2"
-    ]
-
-
 WHEEL = "moe_xarch-0.1.0-py3-none-manylinux_2_28_aarch64.whl"
 
 
@@ -148,62 +110,66 @@ def made_by(wheel: Path) -> str:
         return archive.read("moe_xarch/made_by.txt").decode()
 
 
-def fake_builder(runs, fail_first=True):
-    """Stands in for cibuildwheel: writes a wheel into its output, fails on the first call."""
+class FakeBuilder(builders.Builder):
+    """Stands in for a real builder: writes a wheel into its output, fails on the
+    first call of all when fail_first."""
 
-    def run(job):
-        runs.append(job.builder)
+    def __init__(self, name, runs, fail_first=True):
+        self.name, self.runs, self.fail_first = name, runs, fail_first
+
+    def identity(self, job):
+        return []
+
+    def build(self, job):
+        self.runs.append(job.builder)
         make_wheel(job.output, tag="py3-none-manylinux_2_28_aarch64",
-                   files={"moe_xarch/made_by.txt": f"{job.builder} {len(runs)}".encode()})
-        if fail_first and len(runs) == 1:
+                   files={"moe_xarch/made_by.txt": f"{job.builder} {len(self.runs)}".encode()})
+        if self.fail_first and len(self.runs) == 1:
             raise console.CommandFailed("build", ["cibuildwheel"], 1)
-
-    return run
 
 
 @pytest.fixture
 def build_kwargs(repo, tmp_path, monkeypatch):
     audited = []
     monkeypatch.setattr(build, "check_tag", lambda wheel, *args: audited.append((wheel.name, args[2])))
-    monkeypatch.setattr(build, "builder_inputs", lambda job: [job.builder, job.build_image])
     monkeypatch.setattr(build.versioning, "project_version", lambda repo, python: "0.1.0")
     monkeypatch.setattr(images, "image_exists", lambda tag: True)  # the fake build image
     return dict(repo=repo, wheelhouse=tmp_path / "wheelhouse", cache=tmp_path / "cache",
-                tools=build.Tools(["cibuildwheel"], "python"), steps=console.StepLog(), audited=audited)
+                tools=tools.Tools(["cibuildwheel"], "python"), steps=console.StepLog(), audited=audited)
 
 
 def test_a_failed_build_leaves_no_wheel_and_a_good_one_is_reused(arm, build_kwargs, monkeypatch):
     images = {"build": type("Spec", (), {"tag": "moe-xarch-build:aarch64-x"})()}
     runs = []
-    monkeypatch.setattr(build, "run_builder", fake_builder(runs))
+    builder = FakeBuilder("cibuildwheel", runs)
     audited = build_kwargs.pop("audited")
     wheelhouse, cache = build_kwargs["wheelhouse"], build_kwargs["cache"]
     with pytest.raises(HarnessError, match=r"^build: cibuildwheel exited with 1 \(its output is above\)"
                        r".*: fix what it names, then run nox -s build -- --arch aarch64 again$"):
-        build.build_wheel(arm, "cibuildwheel", images, **build_kwargs)
+        build.build_wheel(arm, builder, images, **build_kwargs)
     assert list(wheelhouse.iterdir()) == [] and not list(cache.glob(".partial-*"))
-    wheel = build.build_wheel(arm, "cibuildwheel", images, **build_kwargs)
+    wheel = build.build_wheel(arm, builder, images, **build_kwargs)
     assert wheel == wheelhouse / WHEEL
     assert json.loads((cache / "aarch64-cibuildwheel" / "inputs.json").read_text())["wheel"] == WHEEL
-    assert build.build_wheel(arm, "cibuildwheel", images, **build_kwargs) == wheel
+    assert build.build_wheel(arm, builder, images, **build_kwargs) == wheel
     assert runs == ["cibuildwheel"] * 2 and build_kwargs["steps"].steps[-1].outcome == "reused"
     assert audited[-1] == (WHEEL, {"libtorch.so", "libc10.so"})
-    build.build_wheel(arm, "cibuildwheel", images, **build_kwargs, force=True)
+    build.build_wheel(arm, builder, images, **build_kwargs, force=True)
     assert len(runs) == 3
 
 
 def test_each_builder_keeps_its_own_wheel(arm, build_kwargs, monkeypatch):
     images = {"build": type("Spec", (), {"tag": "moe-xarch-build:aarch64-x"})()}
     runs = []
-    monkeypatch.setattr(build, "run_builder", fake_builder(runs, fail_first=False))
+    cross, cibuildwheel = (FakeBuilder(name, runs, fail_first=False) for name in ("cross", "cibuildwheel"))
     build_kwargs.pop("audited")
     wheelhouse, cache = build_kwargs["wheelhouse"], build_kwargs["cache"]
-    build.build_wheel(arm, "cross", images, **build_kwargs)
-    build.build_wheel(arm, "cibuildwheel", images, **build_kwargs)
+    build.build_wheel(arm, cross, images, **build_kwargs)
+    build.build_wheel(arm, cibuildwheel, images, **build_kwargs)
     assert made_by(wheelhouse / WHEEL) == "cibuildwheel 2"
     assert build.built_by(wheelhouse / WHEEL, cache) == "cibuildwheel"
     # Switching back reuses the cross wheel instead of building it again.
-    build.build_wheel(arm, "cross", images, **build_kwargs)
+    build.build_wheel(arm, cross, images, **build_kwargs)
     assert runs == ["cross", "cibuildwheel"] and made_by(wheelhouse / WHEEL) == "cross 1"
     assert build.built_by(wheelhouse / WHEEL, cache) == "cross"
 
@@ -245,3 +211,36 @@ def test_only_files_that_reach_the_wheel_are_build_inputs():
     assert build.build_inputs(files) == [
         "CMakeLists.txt", "csrc/ops.cpp", "docs/new.md", "package/moe_xarch/__init__.py"
     ]
+
+
+class Recording(FakeBuilder):
+    """A builder whose identity is what the test sets, and that notes each call."""
+
+    def __init__(self, runs, identity):
+        super().__init__("cross", runs, fail_first=False)
+        self.said, self.calls = identity, []
+
+    def prepare(self, job):
+        self.calls.append("prepare")
+
+    def identity(self, job):
+        self.calls.append("identity")
+        return list(self.said)
+
+
+def test_a_builders_identity_is_a_build_input_asked_after_prepare(arm, build_kwargs):
+    images = {"build": type("Spec", (), {"tag": "moe-xarch-build:aarch64-x"})()}
+    runs = []
+    builder = Recording(runs, ["gcc 12"])
+    build_kwargs.pop("audited")
+    build.build_wheel(arm, builder, images, **build_kwargs)
+    build.build_wheel(arm, builder, images, **build_kwargs)
+    assert runs == ["cross"] and builder.calls == ["prepare", "identity"] * 2
+    builder.said = ["gcc 13"]  # another compiler: another wheel
+    build.build_wheel(arm, builder, images, **build_kwargs)
+    assert runs == ["cross"] * 2
+
+
+def test_step_names_give_back_arch_and_builder():
+    assert build.BUILD_STEP.fullmatch(build.step_name("aarch64", "cross")).groups() == ("aarch64", "cross")
+    assert build.BUILD_STEP.fullmatch("test aarch64 (cross) max i8mm") is None

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from packaging.utils import parse_wheel_filename
 
-from harness import build, console, cross, host, images, publish, wheels
+from harness import build, builders, console, cross, host, images, publish, records, tools, wheels
 from harness.errors import HarnessError
 from harness.images import image_in_use
 from harness.targets import Target, load_targets
@@ -81,12 +81,12 @@ def big_wheel(tmp_path: Path) -> Path:
 def test_a_full_wheelhouse_is_one_message_leaves_nothing_and_a_rerun_recovers(mount, big_wheel):
     wheelhouse = mount("1m")
     with pytest.raises(HarnessError) as error:
-        build.publish(big_wheel, wheelhouse, "x86_64")
+        build.replace_in_wheelhouse(big_wheel, wheelhouse, "x86_64")
     one_message(error, str(wheelhouse), "the file system is full", "MiB free", "free space there",
                 "nox -s build -- --arch x86_64 again")
     assert list(wheelhouse.iterdir()) == []  # no .partial-* file, no half wheel
     remount(wheelhouse, "size=8m")  # space freed
-    final = build.publish(big_wheel, wheelhouse, "x86_64")
+    final = build.replace_in_wheelhouse(big_wheel, wheelhouse, "x86_64")
     assert final.read_bytes() == big_wheel.read_bytes()
     assert [p.name for p in wheelhouse.iterdir()] == [big_wheel.name]
 
@@ -94,11 +94,11 @@ def test_a_full_wheelhouse_is_one_message_leaves_nothing_and_a_rerun_recovers(mo
 def test_a_read_only_wheelhouse_is_one_message_and_a_rerun_recovers(mount, big_wheel):
     wheelhouse = mount("8m", read_only=True)
     with pytest.raises(HarnessError) as error:
-        build.publish(big_wheel, wheelhouse, "x86_64")
+        build.replace_in_wheelhouse(big_wheel, wheelhouse, "x86_64")
     one_message(error, str(wheelhouse), "read-only", "make it writable", "nox -s build -- --arch x86_64 again")
     remount(wheelhouse, "rw")
     assert list(wheelhouse.iterdir()) == []
-    assert build.publish(big_wheel, wheelhouse, "x86_64").read_bytes() == big_wheel.read_bytes()
+    assert build.replace_in_wheelhouse(big_wheel, wheelhouse, "x86_64").read_bytes() == big_wheel.read_bytes()
 
 
 def test_a_missing_wheelhouse_is_made_again_by_a_build_and_named_by_a_test(tmp_path, big_wheel):
@@ -106,7 +106,7 @@ def test_a_missing_wheelhouse_is_made_again_by_a_build_and_named_by_a_test(tmp_p
     with pytest.raises(HarnessError) as error:
         build.find_wheel(wheelhouse, "x86_64")
     one_message(error, str(wheelhouse), "found: none", "nox -s build -- --arch x86_64")
-    assert build.publish(big_wheel, wheelhouse, "x86_64") == wheelhouse / big_wheel.name
+    assert build.replace_in_wheelhouse(big_wheel, wheelhouse, "x86_64") == wheelhouse / big_wheel.name
     assert build.find_wheel(wheelhouse, "x86_64") == wheelhouse / big_wheel.name
 
 
@@ -195,12 +195,27 @@ def test_a_damaged_wheel_before_the_test_session_is_named_and_a_build_replaces_i
     with pytest.raises(HarnessError) as error:
         build.find_wheel(wheelhouse, "x86_64")
     one_message(error, str(wheel), what, f"{BUILD_AGAIN}, which replaces it")
-    build.publish(kept, wheelhouse, "x86_64")  # what nox -s build does with its kept wheel
+    build.replace_in_wheelhouse(kept, wheelhouse, "x86_64")  # what nox -s build does with its kept wheel
     assert build.find_wheel(wheelhouse, "x86_64").read_bytes() == kept.read_bytes()
 
 
-def fake_builder(runs: list[str]) -> Callable[[build.BuildJob], None]:
-    def run(job: build.BuildJob) -> None:
+class FunctionBuilder(builders.Builder):
+    """A builder whose build is the function a test gives it."""
+
+    name = "cibuildwheel"
+
+    def __init__(self, run: Callable[[builders.BuildJob], object]) -> None:
+        self.run = run
+
+    def identity(self, job: builders.BuildJob) -> list[str]:
+        return []
+
+    def build(self, job: builders.BuildJob) -> None:
+        self.run(job)
+
+
+def fake_builder(runs: list[str]) -> Callable[[builders.BuildJob], None]:
+    def run(job: builders.BuildJob) -> None:
         runs.append(job.builder)
         project_wheel(job.output, "x86_64")
 
@@ -209,22 +224,22 @@ def fake_builder(runs: list[str]) -> Callable[[build.BuildJob], None]:
 
 @pytest.fixture
 def build_wheel(tmp_path, monkeypatch, repo_root):
-    """build_wheel(): build.build_wheel of the x86_64 target with a fake builder;
-    returns (wheel, runs so far)."""
+    """build_wheel(): build.build_wheel of the x86_64 target with a fake builder
+    (build_wheel.builder; its .run is what it does); returns (wheel, runs so far)."""
     runs: list[str] = []
     monkeypatch.setattr(images, "image_exists", lambda tag: True)
     monkeypatch.setattr(build, "check_tag", lambda *args: None)
     monkeypatch.setattr(build.versioning, "project_version", lambda repo, python: "0.1.0")
-    monkeypatch.setattr(build, "builder_inputs", lambda job: [job.builder])
     monkeypatch.setattr(build, "source_files", lambda repo: ["pyproject.toml"])
-    monkeypatch.setattr(build, "run_builder", fake_builder(runs))
+    builder = FunctionBuilder(fake_builder(runs))
 
     def run() -> tuple[Path, list[str]]:
-        wheel = build.build_wheel(build_target(), "cibuildwheel", {"build": FakeSpec("b")}, repo=repo_root,
+        wheel = build.build_wheel(build_target(), builder, {"build": FakeSpec("b")}, repo=repo_root,
                                   wheelhouse=tmp_path / "wheelhouse", cache=tmp_path / "cache",
-                                  tools=build.Tools([], "python"), steps=console.StepLog())
+                                  tools=tools.Tools([], "python"), steps=console.StepLog())
         return wheel, list(runs)
 
+    run.builder = builder  # type: ignore[attr-defined]
     return run
 
 
@@ -248,8 +263,8 @@ def test_a_half_written_build_stamp_builds_again(tmp_path, build_wheel):
     assert build_wheel()[1] == ["cibuildwheel"] * 2
 
 
-def test_a_builder_that_makes_another_archs_code_is_stopped(tmp_path, build_wheel, monkeypatch):
-    monkeypatch.setattr(build, "run_builder", lambda job: project_wheel(job.output, "x86_64", so_arch="aarch64"))
+def test_a_builder_that_makes_another_archs_code_is_stopped(tmp_path, build_wheel):
+    build_wheel.builder.run = lambda job: project_wheel(job.output, "x86_64", so_arch="aarch64")
     with pytest.raises(HarnessError) as error:
         build_wheel()
     one_message(error, "holds shared objects that are not x86_64 code", "cibuildwheel made it so")
@@ -257,30 +272,29 @@ def test_a_builder_that_makes_another_archs_code_is_stopped(tmp_path, build_whee
     assert not list((tmp_path / "cache").glob(".partial-*"))
 
 
-def test_a_builder_failing_on_a_full_cache_is_one_message_naming_the_space(mount, tmp_path, build_wheel,
-                                                                           monkeypatch):
+def test_a_builder_failing_on_a_full_cache_is_one_message_naming_the_space(mount, tmp_path, build_wheel):
     cache = mount("1m")
     (tmp_path / "cache").symlink_to(cache)
 
-    def builder_filling_the_disk(job: build.BuildJob) -> None:
+    def builder_filling_the_disk(job: builders.BuildJob) -> None:
         job.output.mkdir(parents=True)
         with pytest.raises(OSError), (job.output / "big.o").open("wb") as file:
             file.write(os.urandom(2 << 20))  # as a compiler would, until the disk is full
         raise console.CommandFailed("build x86_64", ["cibuildwheel"], 1)
 
-    monkeypatch.setattr(build, "run_builder", builder_filling_the_disk)
+    build_wheel.builder.run = builder_filling_the_disk
     with pytest.raises(HarnessError) as error:
         build_wheel()
     one_message(error, "build x86_64: cibuildwheel exited with 1 (its output is above)",
                 f"MiB free in {tmp_path / 'cache'} (a full disk?)", "nox -s build -- --arch x86_64 again")
     assert not list(cache.glob(".partial-*"))
     remount(cache, "size=8m")
-    monkeypatch.setattr(build, "run_builder", fake_builder([]))
+    build_wheel.builder.run = fake_builder([])
     wheel, _ = build_wheel()
     assert build.find_wheel(tmp_path / "wheelhouse", "x86_64") == wheel
 
 
-def test_a_read_only_build_cache_is_one_message_and_a_rerun_recovers(mount, tmp_path, build_wheel, monkeypatch):
+def test_a_read_only_build_cache_is_one_message_and_a_rerun_recovers(mount, tmp_path, build_wheel):
     cache = mount("8m", read_only=True)
     (tmp_path / "cache").symlink_to(cache)
     with pytest.raises(HarnessError) as error:
@@ -326,8 +340,8 @@ def test_a_damaged_wheel_before_publish_is_refused_by_name(release, damage):
     assert line.startswith(f"x86_64: {wheel} {what}"), line
     assert line.endswith(f"{BUILD_AGAIN}, which replaces it, then publish again")
     wheel.write_bytes(good)  # what nox -s build puts back from its kept wheel
-    targets = publish.load_targets(REPO / "pyproject.toml")
-    assert len(publish.collect(targets, wheelhouse, publish.load_manifest(reports))) == 3
+    targets = load_targets(REPO / "pyproject.toml")
+    assert len(publish.collect(targets, wheelhouse, records.load_manifest(reports))) == 3
 
 
 def test_a_truncated_sdist_before_publish_is_refused_by_name(release):
@@ -352,7 +366,7 @@ def test_a_missing_wheelhouse_before_publish_says_what_to_build(tmp_path):
 def test_a_full_reports_directory_leaves_no_half_manifest(mount):
     reports = mount("64k")
     with pytest.raises(HarnessError) as error:
-        publish._write_json_atomically(reports / "manifest-x86_64.json", {"x": "y" * (1 << 20)},
+        records.write_json_atomically(reports / "manifest-x86_64.json", {"x": "y" * (1 << 20)},
                                        "nox -s test-x86_64")
     one_message(error, str(reports), "the file system is full", "nox -s test-x86_64 again")
     assert list(reports.iterdir()) == []
@@ -463,17 +477,16 @@ def test_a_build_image_removed_mid_build_leaves_nothing_and_a_rerun_builds(tmp_p
     monkeypatch.setattr(build.versioning, "project_version", lambda repo, python: "0.1.0")
     monkeypatch.setattr(build, "source_files", lambda repo: ["pyproject.toml"])
 
-    def builder_whose_image_goes(job: build.BuildJob) -> None:
+    def builder_whose_image_goes(job: builders.BuildJob) -> None:
         job.output.mkdir(parents=True)
         (job.output / "half.o").write_bytes(b"")
         remove_image(probe_image)
         raise console.CommandFailed(f"build {job.target.arch}", ["cibuildwheel"], 1)  # it cannot pull one
 
-    def run(builder: Callable[[build.BuildJob], object]) -> Path:
-        monkeypatch.setattr(build, "run_builder", builder)
-        return build.build_wheel(build_target(), "cibuildwheel", {"build": FakeSpec(probe_image)}, repo=REPO,
+    def run(builder: Callable[[builders.BuildJob], object]) -> Path:
+        return build.build_wheel(build_target(), FunctionBuilder(builder), {"build": FakeSpec(probe_image)}, repo=REPO,
                                  wheelhouse=tmp_path / "wheelhouse", cache=tmp_path / "cache",
-                                 tools=build.Tools([], "python"), steps=console.StepLog())
+                                 tools=tools.Tools([], "python"), steps=console.StepLog())
 
     with pytest.raises(HarnessError) as error:
         run(builder_whose_image_goes)

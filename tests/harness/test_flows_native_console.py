@@ -45,6 +45,10 @@ def test_build_time_ratio_is_printed_when_an_arch_was_built_both_ways():
     ]
     steps.steps[0].outcome = "reused"  # a reused wheel took no build time: no ratio
     assert flows.build_time_ratios(steps) == []
+    steps.steps.append(console.StepTime("build aarch64 (hosted)", 250.0, "done"))  # any builder's name
+    assert flows.build_time_ratios(steps) == [
+        "aarch64: cross build 02:05, hosted build 04:10: the cross build is 2.0x faster"
+    ]
 
 
 def test_native_suite_runs_once_per_level_forcing_and_expecting_it():
@@ -156,7 +160,7 @@ def test_matrix_builds_every_wheel_then_runs_the_canary_everywhere_then_the_full
 
     monkeypatch.setattr(flows, "_targets", lambda arches: [x86, arm])
     monkeypatch.setattr(flows, "_allowed", lambda: ())
-    monkeypatch.setattr(flows.builds, "host_arch", lambda: "x86_64")
+    monkeypatch.setattr(flows.host, "arch", lambda: "x86_64")
     monkeypatch.setattr(flows, "_prepare", lambda targets, steps: None)
     monkeypatch.setattr(flows, "_background_images", lambda target, steps: None)
     monkeypatch.setattr(flows, "_images_made", lambda target: True)

@@ -7,12 +7,13 @@ import pytest
 
 from harness import host, images
 from harness.images import debian_mirror, docker_build_command, image_specs
+from harness.paths import DOCKER
 
 
 @pytest.fixture
 def docker_dir(tmp_path):
     """A copy of docker/ that a test may change."""
-    return shutil.copytree(images.DOCKER_DIR, tmp_path / "docker")
+    return shutil.copytree(DOCKER, tmp_path / "docker")
 
 
 @pytest.fixture
@@ -80,7 +81,7 @@ def test_docker_build_command(arm, docker_dir, ca, tmp_path):
 
 
 def test_debootstrap_command_takes_the_package_list(arm, tmp_path):
-    packages = images.debian_packages(images.DOCKER_DIR)
+    packages = images.debian_packages(DOCKER)
     assert {"python3", "g++"} <= set(packages)
     command = images.debootstrap_command(arm, tmp_path, "http://mirror.invalid/debian", packages)
     assert command[:3] == ["debootstrap", "--arch=arm64", "--variant=minbase"]

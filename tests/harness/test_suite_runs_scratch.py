@@ -13,7 +13,8 @@ import sys
 import pytest
 
 from harness import console
-from harness.suite import DOCKER_DIR, RunRecord
+from harness.paths import DOCKER
+from harness.suite import RunRecord
 from harness.summary import judge, write_summary
 
 SCRATCH_TESTS = '''
@@ -74,7 +75,7 @@ def suite_run(project, name: str, arch: str, cpu: str, isa: str, **env: str) -> 
     report_dir = project.parent / "reports" / name
     report_dir.mkdir(parents=True)
     process = subprocess.run(
-        ["bash", str(DOCKER_DIR / "run-kernel-suite.sh"), "scratch.whl", str(report_dir), "-n", "2"],
+        ["bash", str(DOCKER / "run-kernel-suite.sh"), "scratch.whl", str(report_dir), "-n", "2"],
         cwd=project, capture_output=True, text=True,
         env={**os.environ, "PATH": f"{project.parent / 'bin'}:{os.environ['PATH']}", "REAL_PYTHON": sys.executable,
              "SCRATCH_ARCH": arch, "SCRATCH_ISA": isa, **env},

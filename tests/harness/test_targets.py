@@ -45,9 +45,7 @@ def _row(table, arch: str, **changes) -> dict:
         ("aarch64", {"isa-levels": ["neon"]}, "isa-levels apply to runner = \"native\" only"),
         ("x86_64", {"cpu-models": {"max": "x"}}, "cpu-models apply to runner = \"qemu\" only"),
         ("x86_64", {"isa-levels": None}, "a native target needs isa-levels"),
-        ("aarch64", {"builders": ["crosss"]}, "unknown builder 'crosss' (did you mean 'cross'?)"),
-        ("aarch64", {"builders": []}, "builders must name at least one of cibuildwheel, cross"),
-        ("x86_64", {"builders": ["cross"]}, "no cross toolchain for x86_64"),
+        ("aarch64", {"builders": "cross"}, "builders must be a list, not str"),
     ],
 )
 def test_bad_rows_are_rejected_with_a_hint(make_table, arch, changes, message):

@@ -6,7 +6,7 @@ import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from harness.wheels import ELF_MACHINES
+from harness.targets import ARCHES
 
 
 def make_wheel(
@@ -40,7 +40,7 @@ def project_wheel(directory: Path, arch: str, version: str = "0.1.0", so_arch: s
 
 def elf_header(arch: str) -> bytes:
     """The first bytes of a 64-bit little-endian ELF shared object for arch."""
-    return b"\x7fELF\x02\x01\x01" + bytes(11) + ELF_MACHINES[arch].to_bytes(2, "little") + bytes(44)
+    return b"\x7fELF\x02\x01\x01" + bytes(11) + ARCHES[arch].elf_machine.to_bytes(2, "little") + bytes(44)
 
 
 def truncate(path: Path, keep: float = 0.5) -> Path:

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from packaging.utils import parse_wheel_filename
 
-from harness import build as builds
-from harness import console, containers, host, images, publish, versioning
+from harness import build, console, containers, host, images, publish, versioning
+from harness.paths import IMAGE_CONTEXTS
 from harness.targets import Target
 from tests.publish.support import REPO, TARGETS, Index, Release, run_publish, start_index, uploader_env
 
@@ -45,7 +45,7 @@ def tested_release(tmp_path_factory: pytest.TempPathFactory) -> Release:
     wheelhouse, reports = root / "wheelhouse", root / "reports"
     wheelhouse.mkdir()
     reports.mkdir()
-    wheels = {arch: Path(shutil.copy2(builds.find_wheel(REPO / "wheelhouse", arch), wheelhouse)) for arch in TARGETS}
+    wheels = {arch: Path(shutil.copy2(build.find_wheel(REPO / "wheelhouse", arch), wheelhouse)) for arch in TARGETS}
     for manifest in (REPO / "reports").glob("manifest*.json"):
         shutil.copy2(manifest, reports)
     # the sdist of the wheels' version, whatever the tree's git state
@@ -73,7 +73,7 @@ def _test_image(target: Target) -> str:
     (a CI job of its own) the host needs Docker, QEMU's registration and debootstrap."""
     host.ensure_host(host.Needs(debootstrap=not target.base_image,
                                 emulated_arches=(target.arch,) if target.runner == "qemu" else ()))
-    specs = images.ensure_images(target, REPO / "build" / "harness" / "images", console.StepLog(), upto="test")
+    specs = images.ensure_images(target, IMAGE_CONTEXTS, console.StepLog(), upto="test")
     return specs["test"].tag
 
 

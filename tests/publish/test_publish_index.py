@@ -11,7 +11,7 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
-from harness import publish, versioning
+from harness import records, versioning
 from tests.publish.support import (
     PASSWORD,
     CuttingProxy,
@@ -187,9 +187,9 @@ def test_runs_that_did_not_run_are_not_compared() -> None:
     runs = passing_runs("x86_64")
     runs[-1] = runs[-1] | {"result": "not supported by this CPU", "passed": 0, "tests": {}}
     entries = {"x86_64": {"runs": runs}, "aarch64": {"runs": passing_runs("aarch64")}}
-    assert publish.same_tests_problems(entries, ()) == []
+    assert records.same_tests_problems(entries, ()) == []
     runs[-1] = runs[-1] | {"result": "passed"}
-    assert publish.same_tests_problems(entries, ())[0].startswith("not the same tests: tests/kernels/test_a.py")
+    assert records.same_tests_problems(entries, ())[0].startswith("not the same tests: tests/kernels/test_a.py")
 
 
 def test_a_missing_or_extra_wheel_is_refused(index: Index, release: Release) -> None:

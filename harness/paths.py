@@ -1,0 +1,23 @@
+"""Where the harness reads and writes, every path in one place.
+
+Everything is under the repository: the sources it builds from, what it makes
+(wheelhouse/, reports/) and its working files and caches (build/, .cache/).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PYPROJECT = REPO / "pyproject.toml"  # the target table, [tool.cibuildwheel], allowed differences
+DOCKER = REPO / "docker"  # the images' Dockerfiles, scripts and pinned requirements
+
+WHEELHOUSE = REPO / "wheelhouse"  # one tested-to-be wheel per target, and the sdist
+REPORTS = REPO / "reports"  # the runs' reports, the summary and the test records
+COVERAGE_REPORTS = REPORTS / "coverage"
+
+WORK = REPO / "build" / "harness"
+IMAGE_CONTEXTS = WORK / "images"  # docker build contexts, and their locks
+WHEEL_CACHE = WORK / "wheels"  # each builder's last wheel and the hash of its inputs
+COVERAGE_BUILD = REPO / "build" / "coverage"
+CROSS_CACHE = REPO / ".cache" / "cross"  # the target's torch, unpacked for cross builds
