@@ -3,7 +3,8 @@
 One run per (target, CPU model) under QEMU, or per ISA level natively. Every run
 installs the wheel (not the source tree) into the test image's venv, with no
 network, and asserts the kernel path: MOE_XARCH_EXPECT_ISA for the suite, and
-the path the library reports, recorded for the summary.
+the path the library reports, recorded for the summary. Each run runs the parts of
+the suite its place in the plan designates (harness/verdict.py, designated()).
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ from pathlib import Path
 
 from harness import console, containers
 from harness.targets import Target
+from harness.verdict import SCOPE_MARKERS, RunId, designated
 from harness.wheels import requirement_lines
 
 DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
 # Under QEMU an import of torch takes about 9 s and the suite minutes; a hung
 # run must not hold CI until its own limit.
 RUN_TIMEOUT_SECONDS = 40 * 60
-# pytest arguments of each stage: the canary selection first on every run, then the full suite.
-STAGES = {"canary": ["-m", "canary"], "full": []}
+# The marker expression of each stage: the canary selection first (emulated targets), then the full suite.
+STAGES = {"canary": "canary", "full": ""}
 CANARY_TIMEOUT_SECONDS = 10 * 60
 
 
@@ -49,6 +51,9 @@ class SuiteRun:
     def name(self) -> str:
         return f"{self.target.arch}-{self.cpu}-{self.isa}"
 
+    def run_id(self, builder: str) -> RunId:
+        return RunId(self.target.arch, builder, self.cpu, self.isa)
+
 
 def planned_runs(target: Target, supported_isas: list[str] | None = None) -> list[SuiteRun]:
     """Emulated: one run per CPU model. Native: one per table ISA level the CPU supports."""
@@ -64,6 +69,13 @@ def planned_runs(target: Target, supported_isas: list[str] | None = None) -> lis
         for level in target.isa_levels
         if level in supported
     ]
+
+
+def marker_expression(stage: str, scopes: tuple[str, ...]) -> list[str]:
+    """pytest's -m for a run of the stage that runs the tests of ``scopes``."""
+    terms = [STAGES[stage], *(f"not {marker}" for marker, scope in SCOPE_MARKERS.items() if scope not in scopes)]
+    expression = " and ".join(term for term in terms if term)
+    return ["-m", expression] if expression else []
 
 
 def _mounts(repo: Path, wheel: Path) -> list[str]:
@@ -172,13 +184,17 @@ def run_suite(
     else:
         supported = None
     verb = "test" if stage == "full" else stage
-    for run in planned_runs(target, supported):
+    runs = planned_runs(target, supported)
+    scopes = designated(run.run_id(builder) for run in runs)
+    for run in runs:
         report_dir = target_reports / run.name
         report_dir.mkdir(parents=True)
         name = containers.container_name("test", run.name)
         command = docker_run_command(
             run, image=test_image, wheel=wheel, repo=repo, report_dir=report_dir, name=name,
-            pytest_args=["-n", str(os.cpu_count() or 1), *STAGES[stage], *pytest_args],
+            pytest_args=["-n", str(os.cpu_count() or 1),
+                         *marker_expression(stage, scopes[run.run_id(builder)]),
+                         *pytest_args],
         )
         with steps.step(f"{verb} {run.target.arch} ({builder}) {run.cpu} {run.isa}"):
             start = time.monotonic()

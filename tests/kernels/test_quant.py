@@ -15,6 +15,8 @@ from moe_xarch.quant import (
     quantize_int8_per_token,
 )
 
+pytestmark = pytest.mark.level_independent  # the Python quantizers
+
 
 def test_int8_rounds_half_to_even() -> None:
     # max|x| = 127 makes the scale exactly 1, so x / scale is x itself.

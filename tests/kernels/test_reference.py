@@ -12,6 +12,7 @@ from moe_xarch import MoeCompMethod, reference
 from moe_xarch.quant import dequantize_fp8_block, quantize_int8_per_token
 from moe_xarch.testing import ACTIVATIONS, assert_matches_reference, make_moe_problem
 
+pytestmark = pytest.mark.level_independent  # the pure-PyTorch oracle
 METHODS = pytest.mark.parametrize("method", list(reference.IMPLEMENTED_METHODS), ids=lambda m: m.name)
 
 
