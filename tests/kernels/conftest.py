@@ -22,6 +22,23 @@ def _runs_no_tests(config: pytest.Config) -> bool:
     return getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput")
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The kernel path the library selects under this CPU, for the run's summary
+    (isa.txt), from the process that starts the others: under QEMU a process of its
+    own would import torch once more."""
+    report_dir = os.environ.get("MOE_XARCH_REPORT_DIR")
+    if report_dir and not hasattr(session.config, "workerinput"):
+        import moe_xarch
+
+        (Path(report_dir) / "isa.txt").write_text(moe_xarch.isa() + "\n")
+
+
+def pytest_report_header() -> str:
+    import moe_xarch
+
+    return f"moe_xarch.isa() = {moe_xarch.isa()}"
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Each test's marker names, as the JUnit property "markers": the harness's verdict
     reads from them which runs must run the test (harness/verdict.py, SCOPE_MARKERS)."""
