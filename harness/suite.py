@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness import console, containers
@@ -165,9 +166,10 @@ def run_suite(
     stage: str = "full",
     on_run: Callable[[RunRecord], None] | None = None,
 ) -> list[RunRecord]:
-    """Every planned run of the target; records land in reports/<target>/<builder>/<run>/
-    (the canary stage's in reports/canary/<target>/<builder>/<run>/). ``on_run`` sees
-    each record as soon as its run ends."""
+    """Every planned run of the target, an emulated target's side by side; records land
+    in reports/<target>/<builder>/<run>/ (the canary stage's in
+    reports/canary/<target>/<builder>/<run>/), in plan order. ``on_run`` sees each
+    record as soon as its run ends."""
     target_reports = (reports if stage == "full" else reports / stage) / target.arch / builder
     shutil.rmtree(target_reports, ignore_errors=True)
     records = []
@@ -186,15 +188,19 @@ def run_suite(
     verb = "test" if stage == "full" else stage
     runs = planned_runs(target, supported)
     scopes = designated(run.run_id(builder) for run in runs)
-    for run in runs:
+    # Under QEMU much of a run is one process at a time (pip, torch's import, collection):
+    # the CPU models run side by side, one xdist worker each, so that the runs share the
+    # cores. A native run is short and keeps one worker per core.
+    side_by_side = target.runner == "qemu"
+
+    def one_run(run: SuiteRun) -> RunRecord:
         report_dir = target_reports / run.name
         report_dir.mkdir(parents=True)
         name = containers.container_name("test", run.name)
         command = docker_run_command(
             run, image=test_image, wheel=wheel, repo=repo, report_dir=report_dir, name=name,
-            pytest_args=["-n", str(os.cpu_count() or 1),
-                         *marker_expression(stage, scopes[run.run_id(builder)]),
-                         *pytest_args],
+            pytest_args=["-n", "1" if side_by_side else str(os.cpu_count() or 1),
+                         *marker_expression(stage, scopes[run.run_id(builder)]), *pytest_args],
         )
         with steps.step(f"{verb} {run.target.arch} ({builder}) {run.cpu} {run.isa}"):
             start = time.monotonic()
@@ -213,7 +219,16 @@ def run_suite(
             exit_code, wall, str(report_dir), builder=builder, stage=stage,
         )
         (report_dir / "run.json").write_text(json.dumps(dataclasses.asdict(record), indent=2) + "\n")
-        records.append(record)
         if on_run:
             on_run(record)
+        return record
+
+    pool = ThreadPoolExecutor(max_workers=max(1, len(runs)) if side_by_side else 1)
+    try:
+        records += pool.map(one_run, runs)
+    except BaseException:  # interrupted, or a run could not start: stop the others too
+        console.stop_all()
+        raise
+    finally:
+        pool.shutdown(wait=True)
     return records
