@@ -43,16 +43,17 @@ def test_docker_run_mounts_read_only_and_has_no_network(arm):
 
 
 def _run_suite_commands(target, tmp_path, monkeypatch, supported=None):
-    """Each stage's docker commands and records, nothing started."""
-    commands = []
-    monkeypatch.setattr(suite.console, "run_streamed", lambda command, label, **kwargs: commands.append(command) or 0)
+    """Each stage's docker commands (in plan order, however the runs interleave) and records, nothing started."""
+    commands = {}
+    monkeypatch.setattr(suite.console, "run_streamed", lambda command, label, **kwargs: commands.update({label: command}) or 0)
     monkeypatch.setattr(suite.containers, "remove", lambda name: None)
     monkeypatch.setattr(suite, "query_supported_isas", lambda *args: supported)
     kwargs = {"test_image": "i", "wheel": Path("/w.whl"), "repo": Path("/repo"), "reports": tmp_path,
               "steps": console.StepLog(), "pytest_args": ["-k", "int8"]}
     canary = suite.run_suite(target, "cross", **kwargs, stage="canary")
     full = suite.run_suite(target, "cross", **kwargs)
-    return commands, canary, full
+    order = [f"{verb} {run.name}" for verb in ("canary", "test") for run in suite.planned_runs(target, supported)]
+    return [commands[label] for label in order], canary, full
 
 
 def _pytest_args(command):
