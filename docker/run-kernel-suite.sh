@@ -1,9 +1,9 @@
 #!/bin/bash
 # Runs inside a test container: installs the built wheel (never the source
-# tree), records the kernel path moe_xarch selects under this CPU, and runs
-# the kernel suite. Usage: run-kernel-suite.sh WHEEL REPORT_DIR [PYTEST_ARGS...]
-# REPORT_DIR gets isa.txt, junit.xml, pytest.log (the suite's output, where the
-# summary finds a crashed worker's signal) and whatever the tests write there.
+# tree) and runs the kernel suite. Usage: run-kernel-suite.sh WHEEL REPORT_DIR [PYTEST_ARGS...]
+# REPORT_DIR gets junit.xml, pytest.log (the suite's output, where the summary
+# finds a crashed worker's signal) and whatever the tests write there: isa.txt,
+# the kernel path moe_xarch selects under this CPU (tests/kernels/conftest.py).
 set -euo pipefail
 
 wheel=$1
@@ -13,8 +13,6 @@ shift 2
 python -m pip install --quiet --no-index --no-deps "$wheel"
 # --no-deps keeps the image's torch; pip check still fails on a wrong torch pin.
 python -m pip check
-python -c 'import moe_xarch; print(moe_xarch.isa())' > "$report_dir/isa.txt"
-echo "moe_xarch.isa() = $(cat "$report_dir/isa.txt")"
 export MOE_XARCH_REPORT_DIR=$report_dir
 # A crashed process under QEMU would otherwise write a core of the emulated guest.
 ulimit -c 0

@@ -27,7 +27,7 @@ from harness.paths import REPORTS
 from harness.suite import RunRecord
 from harness.summary import judge
 from harness.targets import ARCHES, Target
-from harness.verdict import Allowed, Outcome, RunId, compare, read_junit
+from harness.verdict import EVERY_RUN, Allowed, Outcome, RunId, compare, read_junit
 
 
 def sha256(path: Path) -> str:
@@ -79,7 +79,9 @@ def record_tested(target: Target, wheel: Path, records: Sequence[RunRecord], rep
              "passed": row.counts.passed, "failed": row.counts.failures,
              "skipped": row.counts.skipped, "result": row.result,
              # what publish compares across the architectures (same_tests_problems)
-             "tests": {test: outcome.outcome for test, outcome in tests.items()}}
+             "tests": {test: outcome.outcome for test, outcome in tests.items()},
+             # which runs must run each test (harness/verdict.py designated), where not every run
+             "scopes": {test: outcome.scope for test, outcome in tests.items() if outcome.scope != EVERY_RUN}}
         )
     path = manifest_path(reports, target.arch)
     manifest = json.loads(path.read_text()) if path.exists() else {"wheels": {}}
@@ -122,8 +124,9 @@ def same_tests_problems(entries: Mapping[str, Mapping[str, Any]], allowed: Seque
                 problems.append(f"{arch} {run['cpu']}/{run['isa']}: recorded without its test IDs "
                                 f"(test it again: nox -s {ARCHES[arch].test_session})")
                 continue
+            scopes = run.get("scopes", {})
             runs[RunId(arch, "", run["cpu"], run["isa"])] = {
-                test: Outcome(outcome) for test, outcome in run["tests"].items()}
+                test: Outcome(outcome, scope=scopes.get(test, EVERY_RUN)) for test, outcome in run["tests"].items()}
     if runs and not problems:
         problems += [f"not the same tests: {drift}" for drift in compare(runs, allowed).drifts]
     return problems

@@ -3,7 +3,8 @@
 One run per (target, CPU model) under QEMU, or per ISA level natively. Every run
 installs the wheel (not the source tree) into the test image's venv, with no
 network, and asserts the kernel path: MOE_XARCH_EXPECT_ISA for the suite, and
-the path the library reports, recorded for the summary.
+the path the library reports, recorded for the summary. Each run runs the parts of
+the suite its place in the plan designates (harness/verdict.py, designated()).
 """
 
 from __future__ import annotations
@@ -15,18 +16,20 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness import console, containers
 from harness.paths import DOCKER
 from harness.targets import Target
+from harness.verdict import SCOPE_MARKERS, RunId, designated
 from harness.wheels import requirement_lines
 
 # Under QEMU an import of torch takes about 9 s and the suite minutes; a hung
 # run must not hold CI until its own limit.
 RUN_TIMEOUT_SECONDS = 40 * 60
-# pytest arguments of each stage: the canary selection first on every run, then the full suite.
-STAGES = {"canary": ["-m", "canary"], "full": []}
+# The marker expression of each stage: the canary selection first (emulated targets), then the full suite.
+STAGES = {"canary": "canary", "full": ""}
 CANARY_TIMEOUT_SECONDS = 10 * 60
 
 
@@ -49,6 +52,9 @@ class SuiteRun:
     def name(self) -> str:
         return f"{self.target.arch}-{self.cpu}-{self.isa}"
 
+    def run_id(self, builder: str) -> RunId:
+        return RunId(self.target.arch, builder, self.cpu, self.isa)
+
 
 def planned_runs(target: Target, supported_isas: list[str] | None = None) -> list[SuiteRun]:
     """Emulated: one run per CPU model. Native: one per table ISA level the CPU supports."""
@@ -64,6 +70,13 @@ def planned_runs(target: Target, supported_isas: list[str] | None = None) -> lis
         for level in target.isa_levels
         if level in supported
     ]
+
+
+def marker_expression(stage: str, scopes: tuple[str, ...]) -> list[str]:
+    """pytest's -m for a run of the stage that runs the tests of ``scopes``."""
+    terms = [STAGES[stage], *(f"not {marker}" for marker, scope in SCOPE_MARKERS.items() if scope not in scopes)]
+    expression = " and ".join(term for term in terms if term)
+    return ["-m", expression] if expression else []
 
 
 def _mounts(repo: Path, wheel: Path) -> list[str]:
@@ -153,9 +166,10 @@ def run_suite(
     stage: str = "full",
     on_run: Callable[[RunRecord], None] | None = None,
 ) -> list[RunRecord]:
-    """Every planned run of the target; records land in reports/<target>/<builder>/<run>/
-    (the canary stage's in reports/canary/<target>/<builder>/<run>/). ``on_run`` sees
-    each record as soon as its run ends."""
+    """Every planned run of the target, an emulated target's side by side; records land
+    in reports/<target>/<builder>/<run>/ (the canary stage's in
+    reports/canary/<target>/<builder>/<run>/), in plan order. ``on_run`` sees each
+    record as soon as its run ends."""
     target_reports = (reports if stage == "full" else reports / stage) / target.arch / builder
     shutil.rmtree(target_reports, ignore_errors=True)
     records = []
@@ -172,13 +186,21 @@ def run_suite(
     else:
         supported = None
     verb = "test" if stage == "full" else stage
-    for run in planned_runs(target, supported):
+    runs = planned_runs(target, supported)
+    scopes = designated(run.run_id(builder) for run in runs)
+    # Under QEMU much of a run is one process at a time (pip, torch's import, collection):
+    # the CPU models run side by side, one xdist worker each, so that the runs share the
+    # cores. A native run is short and keeps one worker per core.
+    side_by_side = target.runner == "qemu"
+
+    def one_run(run: SuiteRun) -> RunRecord:
         report_dir = target_reports / run.name
         report_dir.mkdir(parents=True)
         name = containers.container_name("test", run.name)
         command = docker_run_command(
             run, image=test_image, wheel=wheel, repo=repo, report_dir=report_dir, name=name,
-            pytest_args=["-n", str(os.cpu_count() or 1), *STAGES[stage], *pytest_args],
+            pytest_args=["-n", "1" if side_by_side else str(os.cpu_count() or 1),
+                         *marker_expression(stage, scopes[run.run_id(builder)]), *pytest_args],
         )
         with steps.step(f"{verb} {run.target.arch} ({builder}) {run.cpu} {run.isa}"):
             start = time.monotonic()
@@ -197,7 +219,16 @@ def run_suite(
             exit_code, wall, str(report_dir), builder=builder, stage=stage,
         )
         (report_dir / "run.json").write_text(json.dumps(dataclasses.asdict(record), indent=2) + "\n")
-        records.append(record)
         if on_run:
             on_run(record)
+        return record
+
+    pool = ThreadPoolExecutor(max_workers=max(1, len(runs)) if side_by_side else 1)
+    try:
+        records += pool.map(one_run, runs)
+    except BaseException:  # interrupted, or a run could not start: stop the others too
+        console.stop_all()
+        raise
+    finally:
+        pool.shutdown(wait=True)
     return records

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from harness.console import StepLog, clock
 from harness.suite import STAGES, RunRecord
-from harness.verdict import FAILING, Allowed, Drift, Outcome, RunId, Verdict, compare, read_junit
+from harness.verdict import SCOPES, FAILING, Allowed, Drift, Outcome, RunId, Verdict, compare, read_junit
 
 SHOWN_PER_RUN = 10  # failing tests or drifts listed per run; the JSON has them all
 
@@ -159,6 +159,10 @@ def properties_text(cases: Mapping[str, int] | None) -> str:
     return "-" if cases is None else "/".join(str(cases[key]) for key in PROPERTY_KEYS)
 
 
+def parts_text(parts: Mapping[str, int] | None) -> str:
+    return "-" if parts is None else " / ".join(str(parts[scope]) for scope in SCOPES)
+
+
 @dataclasses.dataclass(frozen=True)
 class Row:
     record: RunRecord
@@ -180,6 +184,18 @@ class Row:
     def run_id(self) -> RunId:
         r = self.record
         return RunId(r.target, r.builder, r.cpu, r.isa)
+
+    @property
+    def ran(self) -> bool:
+        """The run was started (its CPU has the level, its wheel and image were there)."""
+        return self.record.exit_code is not None and not self.record.failure
+
+    @property
+    def parts(self) -> dict[str, int] | None:
+        """How many of the run's tests belong to each part of the suite (verdict.SCOPES)."""
+        if self.outcomes is None:
+            return None
+        return {scope: sum(1 for outcome in self.outcomes.values() if outcome.scope == scope) for scope in SCOPES}
 
 
 def judge(record: RunRecord) -> Row:
@@ -222,10 +238,12 @@ def judge(record: RunRecord) -> Row:
 
 
 def verdicts(rows: Sequence[Row], allowed: Sequence[Allowed] = ()) -> dict[str, Verdict]:
-    """The cross-run verdict of each stage: canary runs against canary runs, full against full."""
+    """The cross-run verdict of each stage: canary runs against canary runs, full against full.
+    Every run that started designates, in plan order, the runs of each part of the suite."""
     return {
         stage: compare({row.run_id: row.outcomes for row in rows
-                        if row.record.stage == stage and row.outcomes is not None}, allowed)
+                        if row.record.stage == stage and row.outcomes is not None}, allowed,
+                       planned=[row.run_id for row in rows if row.record.stage == stage and row.ran])
         for stage in STAGES if any(row.record.stage == stage for row in rows)
     }
 
@@ -267,17 +285,18 @@ def failure_lines(rows: Sequence[Row], verdict: Mapping[str, Verdict]) -> list[s
 
 
 _COLUMNS = ("| target | wheel built by | runner | CPU model | ISA path (expected / selected) | passed | failed "
-            "| skipped | kernels that ran (level: kinds) | property cases (valid/invalid/crashes) | wall time | result |")
-_STAGE_TITLES = {"canary": "Canary stage (`-m canary`, before the full suites)", "full": "Full suites"}
+            "| skipped | tests run every run / once per CPU model / once per arch | kernels that ran (level: kinds) "
+            "| property cases (valid/invalid/crashes) | wall time | result |")
+_STAGE_TITLES = {"canary": "Canary stage (`-m canary`, emulated targets, before the full suites)", "full": "Full suites"}
 
 
 def _table(rows: Sequence[Row]) -> list[str]:
-    lines = [_COLUMNS, "| --- | --- | --- | --- | --- | ---: | ---: | ---: | --- | --- | ---: | --- |"]
+    lines = [_COLUMNS, "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |"]
     for row in rows:
         r, c = row.record, row.counts
         lines.append(
             f"| {r.target} | {r.builder or '-'} | {r.runner} | {r.cpu} | {r.isa} / {r.isa_reported or '-'} | "
-            f"{c.passed} | {c.failures} | {c.skipped} | {kernels_text(row.kernels, r.isa)} | "
+            f"{c.passed} | {c.failures} | {c.skipped} | {parts_text(row.parts)} | {kernels_text(row.kernels, r.isa)} | "
             f"{properties_text(row.properties)} | {clock(r.wall_seconds)} | {row.result} |"
         )
     return lines
@@ -290,7 +309,10 @@ def markdown(rows: Sequence[Row], steps: StepLog, verdict: Mapping[str, Verdict]
         stage_rows = [row for row in rows if row.record.stage == stage]
         if stage_rows:
             lines += [f"### {_STAGE_TITLES[stage]}", "", *_table(stage_rows), ""]
-    lines += ["### Same tests on every run", ""]
+    lines += ["### Same tests on every run", "",
+              "Every run ran and passed the tests of every run; the first run of each CPU model of an "
+              "architecture also those once per CPU model, and its first run (x86_64: generic; aarch64: the "
+              "first CPU model) those once per architecture (markers: pyproject.toml).", ""]
     for stage, stage_verdict in verdict.items():
         compared = sum(1 for row in rows if row.record.stage == stage and row.outcomes is not None)
         state = "the same" if stage_verdict.ok else f"{len(stage_verdict.drifts)} not the same (below)"
@@ -313,7 +335,7 @@ def _run_data(row: Row) -> dict[str, object]:
         **dataclasses.asdict(row.record), "passed": row.counts.passed, "failed": row.counts.failures,
         "skipped": row.counts.skipped, "result": row.result,
         "failing_tests": [{"test": test, **dataclasses.asdict(outcome)} for test, outcome in row.failing],
-        "kernels": row.kernels, "property_cases": row.properties,
+        "kernels": row.kernels, "property_cases": row.properties, "tests_by_part": row.parts,
     }
 
 

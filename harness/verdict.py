@@ -1,10 +1,14 @@
-"""The cross-run verdict: every run of a stage ran the same tests, with the same outcome.
+"""The cross-run verdict: every run of a stage ran the tests it must, with the same outcome.
 
 Each suite run's JUnit report (xunit1, which names each test's file) gives every
-test ID its outcome. A test that passed on one run and was skipped, xfailed,
-errored or absent (deselected, not collected) on another fails the matrix,
-unless [[tool.moe-xarch.allowed-differences]] in pyproject.toml declares it.
-A failed test is not a drift: its own run already fails, naming it.
+test ID its outcome and its markers. A test's part of the suite (its scope, from
+its marker: SCOPE_MARKERS) says which runs run it: every run, or once per CPU
+model, or once per architecture, on the designated run (designated()). A test that
+passed on one run and was skipped, xfailed, errored or absent (deselected, not
+collected) on another run its scope designates fails the matrix, unless
+[[tool.moe-xarch.allowed-differences]] in pyproject.toml declares it; so does a test
+that ran where its scope does not run it, or whose scope differs between runs. A
+failed test is not a drift: its own run already fails, naming it.
 """
 
 from __future__ import annotations
@@ -28,10 +32,21 @@ EXCUSABLE = ("skipped", "xfailed", "absent")
 FAILING = ("failed", "error", "xpassed")
 
 
+# Which runs of an (architecture, builder) run a test: every run; the first run of each
+# CPU model; the first run of all. The markers that declare the narrower scopes are
+# registered, with the argument for each, in [tool.pytest.ini_options] markers.
+EVERY_RUN, PER_CPU, PER_ARCH = "every run", "once per CPU model", "once per architecture"
+SCOPES = (EVERY_RUN, PER_CPU, PER_ARCH)
+SCOPE_MARKERS = {"forces_levels": PER_CPU, "level_independent": PER_ARCH}
+# The JUnit property the suite's conftest writes: the test's marker names.
+MARKERS_PROPERTY = "markers"
+
+
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     outcome: str  # passed failed error skipped xfailed xpassed, or absent
     reason: str = ""  # pytest's: the skip or xfail reason, the failure's first line
+    scope: str = EVERY_RUN  # one of SCOPES
 
 
 ABSENT = Outcome("absent", "not in this run's report (deselected or not collected)")
@@ -51,17 +66,26 @@ def _test_id(case: ElementTree.Element) -> str:
     return "::".join([file, *classes, name])
 
 
+def scope_of(markers: Iterable[str]) -> str:
+    """The scope a test's markers declare; the narrowest, should it carry two."""
+    declared = {SCOPE_MARKERS[name] for name in markers if name in SCOPE_MARKERS}
+    return max(declared, key=SCOPES.index, default=EVERY_RUN)
+
+
 def _outcome(case: ElementTree.Element) -> Outcome:
     children = {child.tag: child for child in case}
+    markers = [name for prop in case.iter("property") if prop.get("name") == MARKERS_PROPERTY
+               for name in (prop.get("value") or "").split()]
+    scope = scope_of(markers)
     if (error := children.get("error")) is not None:
-        return Outcome("error", first_line(error.get("message") or error.text))
+        return Outcome("error", first_line(error.get("message") or error.text), scope)
     if (failure := children.get("failure")) is not None:
         message = first_line(failure.get("message") or failure.text)
-        return Outcome("xpassed" if message.startswith(XPASS_STRICT) else "failed", message)
+        return Outcome("xpassed" if message.startswith(XPASS_STRICT) else "failed", message, scope)
     if (skipped := children.get("skipped")) is not None:
         kind = "xfailed" if skipped.get("type") == "pytest.xfail" else "skipped"
-        return Outcome(kind, first_line(skipped.get("message") or skipped.text))
-    return Outcome("passed")
+        return Outcome(kind, first_line(skipped.get("message") or skipped.text), scope)
+    return Outcome("passed", scope=scope)
 
 
 def read_junit(path: Path) -> dict[str, Outcome]:
@@ -71,8 +95,12 @@ def read_junit(path: Path) -> dict[str, Outcome]:
     rank = ("passed", "skipped", "xfailed", "xpassed", "failed", "error")
     for case in ElementTree.parse(path).getroot().iter("testcase"):
         test, outcome = _test_id(case), _outcome(case)
-        if test not in outcomes or rank.index(outcome.outcome) > rank.index(outcomes[test].outcome):
-            outcomes[test] = outcome
+        if test in outcomes:
+            earlier = outcomes[test]
+            worse = outcome if rank.index(outcome.outcome) > rank.index(earlier.outcome) else earlier
+            # a setup or teardown element may lack the call's properties
+            outcome = dataclasses.replace(worse, scope=max(earlier.scope, outcome.scope, key=SCOPES.index))
+        outcomes[test] = outcome
     return outcomes
 
 
@@ -85,6 +113,22 @@ class RunId:
 
     def __str__(self) -> str:
         return f"{self.arch} ({self.builder or '-'}) CPU {self.cpu}, ISA {self.isa}"
+
+
+def designated(runs: Iterable[RunId]) -> dict[RunId, tuple[str, ...]]:
+    """The scopes each run runs, the runs given in plan order (suite.planned_runs: the
+    lowest level of the ladder first): every run its own tests; the first run of each
+    CPU model of an (arch, builder) the per-CPU ones; the first run of each (arch,
+    builder) the per-architecture ones: on x86_64 the generic level, on aarch64 the
+    first CPU model of the target table."""
+    seen: set[tuple[str, ...]] = set()
+    scopes = {}
+    for run in runs:
+        arch, cpu = (run.arch, run.builder), (run.arch, run.builder, run.cpu)
+        scopes[run] = (EVERY_RUN, *((PER_CPU,) if cpu not in seen else ()),
+                       *((PER_ARCH,) if arch not in seen else ()))
+        seen |= {arch, cpu}
+    return scopes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,10 +202,14 @@ class Drift:
     reference_outcome: Outcome
     run: RunId
     outcome: Outcome
+    problem: str = ""  # set when the drift is not an outcome: where the test ran, or its scope
 
     def __str__(self) -> str:
+        scope = f" ({self.reference_outcome.scope})" if self.reference_outcome.scope != EVERY_RUN else ""
+        if self.problem:
+            return f"{self.test}{scope}: {self.problem}"
         why = f": {self.outcome.reason}" if self.outcome.reason else ""
-        return (f"{self.test}: {self.reference_outcome.outcome} on {self.reference}, "
+        return (f"{self.test}{scope}: {self.reference_outcome.outcome} on {self.reference}, "
                 f"{self.outcome.outcome} on {self.run}{why}")
 
 
@@ -176,17 +224,41 @@ class Verdict:
         return not self.drifts
 
 
-def compare(runs: Mapping[RunId, Mapping[str, Outcome]], allowed: Iterable[Allowed] = ()) -> Verdict:
-    """The runs of one stage: a test that passed on one run (or is present at all)
-    must pass (be present) on every other, except where an allowance covers that
-    run and the test passed on no run the allowance covers."""
+def _misplaced(test: str, seen: Mapping[RunId, Outcome], scopes: Mapping[RunId, tuple[str, ...]]) -> list[Drift]:
+    """A test whose scope differs between runs, or that ran on a run its scope does not designate."""
+    present = [(run, outcome) for run, outcome in seen.items() if outcome.outcome != "absent"]
+    first_run, first = present[0]
+    return [Drift(test, first_run, first, run, outcome,
+                  f"runs {first.scope} on {first_run}, {outcome.scope} on {run}: one declaration for every run"
+                  if outcome.scope != first.scope else
+                  f"ran on {run}, which does not run {first.scope} tests (its designated run does)")
+            for run, outcome in present if outcome.scope != first.scope or first.scope not in scopes[run]]
+
+
+def compare(runs: Mapping[RunId, Mapping[str, Outcome]], allowed: Iterable[Allowed] = (),
+            planned: Iterable[RunId] = ()) -> Verdict:
+    """The runs of one stage: a test that passed on one run its scope designates (or
+    is present at all) must pass (be present) on every other it designates, except
+    where an allowance covers that run and the test passed on no run the allowance
+    covers; and it must be absent from the runs its scope does not designate.
+    ``planned``: every run of the stage in plan order, those without a report too
+    (which decide the designated runs but are not compared); by default ``runs``."""
     allowed = tuple(allowed)
+    scopes = designated(dict.fromkeys([*planned, *runs]))
     tests = sorted({test for outcomes in runs.values() for test in outcomes})
     drifts, excused = [], []
     for test in tests:
-        seen = {run: outcomes.get(test, ABSENT) for run, outcomes in runs.items()}
+        present = {run: outcomes.get(test, ABSENT) for run, outcomes in runs.items()}
+        misplaced = _misplaced(test, present, scopes)
+        drifts += misplaced
+        if any(drift.outcome.scope != drift.reference_outcome.scope for drift in misplaced):
+            continue  # declared two ways: no one set of runs it must run on
+        scope = next(outcome.scope for outcome in present.values() if outcome.outcome != "absent")
+        seen = {run: outcome for run, outcome in present.items() if scope in scopes[run]}
         passed = [run for run, outcome in seen.items() if outcome.outcome == "passed"]
-        reference = (passed or [run for run, outcome in seen.items() if outcome.outcome != "absent"])[0]
+        # where it passed, else where it ran at all (on a designated run if it did)
+        reference = (passed or [run for run, outcome in [*seen.items(), *present.items()]
+                                if outcome.outcome != "absent"])[0]
         for run, outcome in seen.items():
             drifted = outcome.outcome in EXCUSABLE + ("error",) if passed else outcome.outcome == "absent"
             if not drifted:
@@ -197,5 +269,5 @@ def compare(runs: Mapping[RunId, Mapping[str, Outcome]], allowed: Iterable[Allow
             if allowance:
                 excused.append((allowance, run, test))
             else:
-                drifts.append(Drift(test, reference, seen[reference], run, outcome))
+                drifts.append(Drift(test, reference, present[reference], run, outcome))
     return Verdict(tuple(drifts), tuple(excused), len(tests))

@@ -67,7 +67,7 @@ def test_write_summary(tmp_path, monkeypatch):
     reports = tmp_path / "reports"
     assert write_summary([record(tmp_path)], steps, reports)
     text = (reports / "summary.md").read_text()
-    assert "| aarch64 | cross | qemu | cortex-a72 | neon / neon | 8 | 0 | 2 | - | - | 01:15 | passed |" in text
+    assert "| aarch64 | cross | qemu | cortex-a72 | neon / neon | 8 | 0 | 2 | 1 / 0 / 0 | - | - | 01:15 | passed |" in text
     assert "- full: 1 test IDs over 1 runs: the same" in text
     assert "| build aarch64 (cross) | done | 10:00 |" in text
     assert step_summary.read_text() == text
@@ -208,6 +208,26 @@ def test_canary_runs_are_compared_with_canary_runs_and_full_with_full(tmp_path):
         "tests/t.py::test_a: passed on aarch64 (cross) CPU a64fx, ISA neon, skipped on aarch64 (cross) CPU max, "
         "ISA neon: r"]
     assert data["same_tests"]["canary"]["ok"]
+
+
+ONCE_C = ('<testcase classname="tests.t" name="test_c" file="tests/t.py">'
+          '<properties><property name="markers" value="level_independent"/></properties></testcase>')
+
+
+def test_each_run_shows_its_parts_and_a_once_only_test_missing_on_the_first_run_fails_it(tmp_path):
+    records = [outcome_run(tmp_path, "f1", PASS_A + ONCE_C), outcome_run(tmp_path, "f2", PASS_A, cpu="max")]
+    assert write_summary(records, console.StepLog(), tmp_path / "reports")
+    text = (tmp_path / "reports" / "summary.md").read_text()
+    assert "| a64fx | neon / neon | 2 | 0 | 0 | 1 / 0 / 1 |" in text and "| max | neon / neon | 1 | 0 | 0 | 1 / 0 / 0 |" in text
+    data = json.loads((tmp_path / "reports" / "summary.json").read_text())
+    assert data["runs"][0]["tests_by_part"] == {"every run": 1, "once per CPU model": 0, "once per architecture": 1}
+    # the part ran on the second model instead of the first: both runs fail, each naming it
+    swapped = [outcome_run(tmp_path, "f3", PASS_A), outcome_run(tmp_path, "f4", PASS_A + ONCE_C, cpu="max")]
+    assert not write_summary(swapped, console.StepLog(), tmp_path / "reports")
+    runs = json.loads((tmp_path / "reports" / "summary.json").read_text())["runs"]
+    assert [run["result"] for run in runs] == ["FAILED: 1 tests did not run as on the other runs"] * 2
+    assert "- `tests/t.py::test_c (once per architecture): ran on aarch64 (cross) CPU max" in (
+        tmp_path / "reports" / "summary.md").read_text()
 
 
 def test_an_allowed_difference_is_shown_with_its_reason(tmp_path):

@@ -5,7 +5,19 @@ import re
 import pytest
 
 from harness.targets import TableError, parse_targets
-from harness.verdict import ABSENT, Allowed, Outcome, RunId, compare, parse_allowed, read_junit
+from harness.verdict import (
+    ABSENT,
+    EVERY_RUN,
+    PER_ARCH,
+    PER_CPU,
+    Allowed,
+    Outcome,
+    RunId,
+    compare,
+    designated,
+    parse_allowed,
+    read_junit,
+)
 
 # What pytest 9 writes with -o junit_family=xunit1 (checked against real runs).
 JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites name="pytest tests"><testsuite name="pytest"
@@ -141,3 +153,119 @@ def test_the_projects_table_parses(repo_root):
     from harness.verdict import load_allowed
 
     load_allowed(repo_root / "pyproject.toml", load_targets(repo_root / "pyproject.toml"))
+
+
+# --- the parts of the suite: tests once per CPU model, once per architecture -----------
+
+X86_GENERIC = RunId("x86_64", "cibuildwheel", "host", "generic")
+MAX = RunId("aarch64", "cross", "max", "i8mm")
+ONCE = Outcome("passed", scope=PER_ARCH)
+PER_MODEL = Outcome("passed", scope=PER_CPU)
+
+
+def split_runs(**changes):
+    """A matrix as the harness runs it: every test of every run on every run, the
+    per-CPU test on each CPU model's first run, the per-arch one on each arch's first."""
+    every = {"t::kernel": PASSED}
+    runs = {
+        X86_GENERIC: {**every, "t::forces": PER_MODEL, "t::reference": ONCE},
+        X86_AVX2: dict(every),
+        A64FX: {**every, "t::forces": PER_MODEL, "t::reference": ONCE},
+        N1: {**every, "t::forces": PER_MODEL},
+        MAX: {**every, "t::forces": PER_MODEL},
+    }
+    for run, outcomes in changes.items():
+        runs[globals()[run]] = outcomes(runs[globals()[run]])
+    return runs
+
+
+def without(test):
+    return lambda outcomes: {t: o for t, o in outcomes.items() if t != test}
+
+
+def test_each_run_designates_its_parts_in_plan_order():
+    other_builder = RunId("aarch64", "cibuildwheel", "a64fx", "neon")
+    assert designated([X86_GENERIC, X86_AVX2, A64FX, N1, other_builder]) == {
+        X86_GENERIC: (EVERY_RUN, PER_CPU, PER_ARCH), X86_AVX2: (EVERY_RUN,),
+        A64FX: (EVERY_RUN, PER_CPU, PER_ARCH), N1: (EVERY_RUN, PER_CPU),
+        other_builder: (EVERY_RUN, PER_CPU, PER_ARCH),  # each builder's wheel is tested whole
+    }
+
+
+def test_a_matrix_split_as_planned_is_the_same_everywhere():
+    verdict = compare(split_runs())
+    assert verdict.ok and verdict.tests == 3
+
+
+def test_a_kernel_test_missing_on_one_cpu_model_names_the_test_and_the_run():
+    (drift,) = compare(split_runs(N1=without("t::kernel"))).drifts
+    assert (drift.test, drift.run, drift.outcome) == ("t::kernel", N1, ABSENT)
+    assert str(drift).startswith("t::kernel: passed on x86_64 (cibuildwheel) CPU host, ISA generic, "
+                                 "absent on aarch64 (cross) CPU neoverse-n1, ISA dotprod")
+
+
+def test_a_per_cpu_test_missing_on_one_cpu_model_is_a_drift():
+    (drift,) = compare(split_runs(MAX=without("t::forces"))).drifts
+    assert (drift.test, drift.run) == ("t::forces", MAX)
+    assert str(drift).startswith("t::forces (once per CPU model): passed on")
+
+
+@pytest.mark.parametrize("run", ["A64FX", "X86_GENERIC"])
+def test_a_level_independent_test_missing_on_its_archs_designated_run_is_a_drift(run):
+    (drift,) = compare(split_runs(**{run: without("t::reference")})).drifts
+    assert (drift.test, drift.run, drift.outcome) == ("t::reference", globals()[run], ABSENT)
+    assert "t::reference (once per architecture): passed on " in str(drift)
+
+
+def test_a_level_independent_test_skipped_on_its_designated_run_is_a_drift():
+    (drift,) = compare(split_runs(A64FX=lambda o: {**o, "t::reference": Outcome("skipped", "why", PER_ARCH)})).drifts
+    assert (drift.run, drift.outcome.outcome) == (A64FX, "skipped")
+
+
+def test_a_once_only_test_that_ran_on_another_run_too_is_a_drift_naming_that_run():
+    (drift,) = compare(split_runs(N1=lambda o: {**o, "t::reference": ONCE})).drifts
+    assert drift.run == N1
+    assert str(drift) == ("t::reference (once per architecture): ran on aarch64 (cross) CPU neoverse-n1, ISA dotprod, "
+                          "which does not run once per architecture tests (its designated run does)")
+    (drift,) = compare(split_runs(X86_AVX2=lambda o: {**o, "t::forces": PER_MODEL})).drifts
+    assert drift.run == X86_AVX2  # x86_64: one CPU, so one run of the per-CPU tests
+
+
+def test_a_test_declared_otherwise_on_one_architecture_is_a_drift():
+    # marked level-independent on x86_64 only: it would dodge aarch64's other CPU models
+    runs = split_runs(X86_GENERIC=lambda o: {**o, "t::kernel": ONCE}, X86_AVX2=without("t::kernel"))
+    drifts = compare(runs).drifts
+    assert [(drift.test, drift.run) for drift in drifts] == [("t::kernel", run) for run in (A64FX, N1, MAX)]
+    assert str(drifts[0]) == ("t::kernel (once per architecture): runs once per architecture on x86_64 (cibuildwheel) "
+                              "CPU host, ISA generic, every run on aarch64 (cross) CPU a64fx, ISA neon: "
+                              "one declaration for every run")
+
+
+def test_a_designated_run_without_a_report_leaves_the_others_undesignated():
+    runs = split_runs()
+    del runs[X86_GENERIC]  # crashed: its own row fails; the others are not asked for its part
+    assert compare(runs, planned=[X86_GENERIC, X86_AVX2, A64FX, N1, MAX]).ok
+    # without the plan, avx2 would be taken for x86_64's first run
+    assert {(d.test, d.run) for d in compare(runs).drifts} == {("t::reference", X86_AVX2), ("t::forces", X86_AVX2)}
+
+
+def test_an_allowance_excuses_a_once_only_test_on_its_designated_run():
+    runs = split_runs(A64FX=lambda o: {**o, "t::reference": Outcome("skipped", "x86 only", PER_ARCH)})
+    verdict = compare(runs, [allowance(test="t::reference")])
+    assert verdict.ok and [(run, test) for _, run, test in verdict.excused] == [(A64FX, "t::reference")]
+    absent = split_runs(A64FX=without("t::reference"))
+    assert compare(absent, [allowance(test="t::reference", outcome="absent")]).ok
+    assert not compare(absent, [allowance(test="t::reference", outcome="absent", cpu_models=("max",))]).ok
+
+
+def test_read_junit_takes_the_scope_from_the_markers_property(tmp_path):
+    path = tmp_path / "junit.xml"
+    path.write_text(
+        '<testsuite tests="3"><testcase classname="tests.t" name="test_a" file="tests/t.py">'
+        '<properties><property name="markers" value="canary level_independent parametrize"/></properties>'
+        '</testcase><testcase classname="tests.t" name="test_b" file="tests/t.py">'
+        '<properties><property name="markers" value="forces_levels"/></properties></testcase>'
+        '<testcase classname="tests.t" name="test_b" file="tests/t.py"><error message="teardown"/></testcase>'
+        '<testcase classname="tests.t" name="test_c" file="tests/t.py"/></testsuite>')
+    assert read_junit(path) == {"tests/t.py::test_a": ONCE, "tests/t.py::test_b": Outcome("error", "teardown", PER_CPU),
+                                "tests/t.py::test_c": PASSED}

@@ -22,6 +22,30 @@ def _runs_no_tests(config: pytest.Config) -> bool:
     return getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput")
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The kernel path the library selects under this CPU, for the run's summary
+    (isa.txt), from the process that starts the others: under QEMU a process of its
+    own would import torch once more."""
+    report_dir = os.environ.get("MOE_XARCH_REPORT_DIR")
+    if report_dir and not hasattr(session.config, "workerinput"):
+        import moe_xarch
+
+        (Path(report_dir) / "isa.txt").write_text(moe_xarch.isa() + "\n")
+
+
+def pytest_report_header() -> str:
+    import moe_xarch
+
+    return f"moe_xarch.isa() = {moe_xarch.isa()}"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test's marker names, as the JUnit property "markers": the harness's verdict
+    reads from them which runs must run the test (harness/verdict.py, SCOPE_MARKERS)."""
+    for item in items:
+        item.user_properties.append(("markers", " ".join(sorted({mark.name for mark in item.iter_markers()}))))
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Which kernels this process ran, for the run's summary: every level's code the
     suite reached, over the whole session (moe_xarch.kernel_use never resets)."""

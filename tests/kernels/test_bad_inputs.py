@@ -77,10 +77,12 @@ def _routed_to_experts_1_and_0(a: dict[str, Any]) -> torch.Tensor:
     return ids
 
 
-def _bad(id: str, names: str, mutation: Mutation, method: int = UNQUANT) -> Any:
+def _bad(id: str, names: str, mutation: Mutation, method: int = UNQUANT, *, packs: bool = False) -> Any:
     """A case: ``mutation`` of a valid problem's arguments must raise an error whose
-    message names one of ``names`` (alternatives separated by |)."""
-    return pytest.param(method, mutation, rf"\b({names})\b", id=id)
+    message names one of ``names`` (alternatives separated by |). ``packs``: the
+    mutation packs weights, which runs the level's packing: every level runs it."""
+    return pytest.param(method, mutation, rf"\b({names})\b", id=id,
+                        marks=[] if packs else [pytest.mark.level_independent])
 
 
 BAD_INPUTS = [
@@ -129,27 +131,27 @@ BAD_INPUTS = [
     _bad("is_vnni-forged-bytes", "w1|is_vnni", lambda a: {
         **{name: torch.zeros_like(packed) for name, packed in _packed(UNQUANT)(a).items()},
         "is_vnni": True,
-    }),
-    _bad("packed-without-is_vnni", "w1|is_vnni", _packed(UNQUANT)),
+    }, packs=True),
+    _bad("packed-without-is_vnni", "w1|is_vnni", _packed(UNQUANT), packs=True),
     _bad("packed-in-another-format-version", "w1", lambda a: {
         name: _with_format_version(packed, 1) for name, packed in _packed(FP8)(a).items()
-    } | {"is_vnni": True}, FP8),
+    } | {"is_vnni": True}, FP8, packs=True),
     _bad("packed-expert-in-another-format-version", "w2", lambda a: {
         "w1": _packed(INT8)(a)["w1"],
         "w2": _with_format_version(_packed(INT8)(a)["w2"], 1, experts=slice(1, 2)),
         "topk_ids": _routed_to_experts_1_and_0(a),
         "is_vnni": True,
-    }, INT8),
+    }, INT8, packs=True),
     _bad("packed-w2-other-shape", "w2|w1", lambda a: {
         "w2": moe_xarch.convert_weight_packed(a["w2"][:, 1:].contiguous(), UNQUANT),
         "w1": _packed(UNQUANT)(a)["w1"],
         "is_vnni": True,
-    }),
+    }, packs=True),
     _bad("packed-for-another-method", "w1|moe_comp_method|is_vnni", lambda a: {
         "w1": moe_xarch.convert_weight_packed(a["w1"].bfloat16(), UNQUANT),
         "w2": moe_xarch.convert_weight_packed(a["w2"].bfloat16(), UNQUANT),
         "is_vnni": True,
-    }, INT8),
+    }, INT8, packs=True),
     # INT8_W8A8 scales
     _bad("int8-w1_scale-missing", "w1_scale", lambda a: {"w1_scale": None}, INT8),
     _bad("int8-w2_scale-missing", "w2_scale", lambda a: {"w2_scale": None}, INT8),
@@ -188,14 +190,14 @@ BAD_INPUTS = [
     _bad("w2-misaligned", "w2", lambda a: {"w2": _at_byte_offset(a["w2"], 1)}),
     _bad("packed-w1-misaligned", "w1", lambda a: {
         "w1": _at_byte_offset(_packed(INT8)(a)["w1"], 2), "w2": _packed(INT8)(a)["w2"], "is_vnni": True,
-    }, INT8),
+    }, INT8, packs=True),
     # forged packed headers
     _bad("packed-rows-wrap-the-size", "w1 has a corrupt packed header", lambda a: {
         "w1": _with_rows(_packed(FP8)(a)["w1"][:, :64].contiguous(), 2**58), "w2": _packed(FP8)(a)["w2"], "is_vnni": True,
-    }, FP8),
+    }, FP8, packs=True),
     _bad("packed-truncated", "w1 has 4096 bytes per expert", lambda a: {
         "w1": _packed(UNQUANT)(a)["w1"][:, :-64].contiguous(), "w2": _packed(UNQUANT)(a)["w2"], "is_vnni": True,
-    }),
+    }, packs=True),
 ]  # fmt: skip
 
 
@@ -227,6 +229,7 @@ def test_valid_base_problem_runs(method: int) -> None:
     assert moe_xarch.fused_experts(**problem.kwargs()).shape == (M, K)
 
 
+@pytest.mark.level_independent
 @pytest.mark.parametrize("name", ["w1", "w2", "topk_ids", "w2_bias"])
 def test_cpu_kernel_refuses_a_tensor_on_another_device(name: str) -> None:
     """The CPU kernel itself checks every tensor's device (here called past the
@@ -239,6 +242,7 @@ def test_cpu_kernel_refuses_a_tensor_on_another_device(name: str) -> None:
         op.redispatch(cpu, *schema_args(op, kwargs))
 
 
+@pytest.mark.level_independent
 def test_inplace_call_with_a_meta_weight_leaves_hidden_states_unchanged() -> None:
     problem = make_moe_problem(M, K, N, E, TOPK, torch.bfloat16, UNQUANT, seed=3)
     kwargs = problem.kwargs() | {"w1": problem.kwargs()["w1"].to("meta"), "inplace": True}
@@ -248,6 +252,7 @@ def test_inplace_call_with_a_meta_weight_leaves_hidden_states_unchanged() -> Non
     assert torch.equal(kwargs["hidden_states"], before)
 
 
+@pytest.mark.level_independent
 def test_all_meta_arguments_still_give_the_output_shape() -> None:
     """The fake kernel's device check refuses mixed devices only."""
     kwargs = make_moe_problem(M, K, N, E, TOPK, torch.bfloat16, UNQUANT, seed=3).kwargs()
@@ -256,6 +261,7 @@ def test_all_meta_arguments_still_give_the_output_shape() -> None:
     assert out.device.type == "meta" and out.shape == (M, K)
 
 
+@pytest.mark.level_independent
 @pytest.mark.parametrize(
     "name, value",
     [
@@ -338,6 +344,7 @@ def test_weights_packed_on_another_architecture_are_refused() -> None:
         moe_xarch.fused_experts(**kwargs | {"w1": moved})
 
 
+@pytest.mark.level_independent
 def test_packed_nbytes_does_not_wrap() -> None:
     with pytest.raises(RuntimeError, match=r"\brows\b.*\bcols\b"):
         torch.ops.moe_xarch.packed_nbytes(2**62, 64, torch.float8_e4m3fn)
@@ -345,6 +352,7 @@ def test_packed_nbytes_does_not_wrap() -> None:
         torch.ops.moe_xarch.packed_nbytes(64, 2**63 - 1, torch.bfloat16)
 
 
+@pytest.mark.level_independent
 @pytest.mark.parametrize("shape", [(2, 0, 32), (2, 32, 0)])
 def test_convert_weight_packed_of_an_empty_dimension_names_weight(shape: tuple[int, ...]) -> None:
     with pytest.raises(RuntimeError, match=r"\bweight\b.*\[E, rows, cols\]"):

@@ -270,6 +270,7 @@ else:
 """
 
 
+@pytest.mark.forces_levels
 @EVERY_METHOD
 def test_weights_packed_under_one_level_run_or_are_refused_under_another(method: int, tmp_path) -> None:
     """Weights packed under the best level give the reference's answer under every

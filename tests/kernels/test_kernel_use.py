@@ -116,6 +116,7 @@ def test_the_table_has_every_level_of_this_architecture() -> None:
     assert set(ladder) <= set(EXPECTED_KERNELS)
 
 
+@pytest.mark.level_independent
 def test_a_wrong_level_is_named() -> None:
     """The check itself: a level's kernel kind run by a lower level, or missing, is reported."""
     use = {"gemm_s8": {"dotprod": 3}, "gemm_f32": {"neon": 1}}

@@ -14,6 +14,7 @@ from moe_xarch import MoeCompMethod, reference
 from moe_xarch.quant import dequantize_fp8_block, dequantize_int4, dequantize_mxfp4, quantize_int8_per_token
 from moe_xarch.testing import ACTIVATIONS, assert_matches_reference, make_moe_problem
 
+pytestmark = pytest.mark.level_independent  # the pure-PyTorch oracle
 METHODS = pytest.mark.parametrize("method", list(reference.IMPLEMENTED_METHODS), ids=lambda m: m.name)
 FOUR_BIT = (MoeCompMethod.INT4_W4A8, MoeCompMethod.MXFP4)
 # (K, N): the 4-bit methods need multiples of 32; G = 32 gives w1 and w2 two groups each.

@@ -27,6 +27,7 @@ def _schema_of(name: str) -> torch._C.FunctionSchema:
     return getattr(torch.ops.moe_xarch, name).default._schema
 
 
+@pytest.mark.level_independent
 def test_registered_ops_are_the_canonical_ones() -> None:
     prefix = f"{NAMESPACE}::"
     registered = {
@@ -37,17 +38,20 @@ def test_registered_ops_are_the_canonical_ones() -> None:
     assert registered == set(moe_xarch.SCHEMAS)
 
 
+@pytest.mark.level_independent
 @pytest.mark.parametrize("name", sorted(moe_xarch.SCHEMAS))
 def test_schema_equals_canonical_string(name: str) -> None:
     canonical = torch._C.parse_schema(f"{NAMESPACE}::{moe_xarch.SCHEMAS[name]}")
     assert str(_schema_of(name)) == str(canonical)
 
 
+@pytest.mark.level_independent
 def test_fused_experts_schema_has_the_spec_arguments() -> None:
     names = [arg.name for arg in _schema_of("fused_experts_cpu").arguments]
     assert names == SPEC_FUSED_EXPERTS_ARGUMENTS
 
 
+@pytest.mark.level_independent
 @pytest.mark.parametrize(
     "function", [moe_xarch.fused_experts, reference.fused_experts], ids=["wrapper", "reference"]
 )
@@ -81,6 +85,7 @@ def _isa_in_fresh_interpreter(forced: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.forces_levels
 def test_every_supported_isa_can_be_forced() -> None:
     for level in moe_xarch.supported_isas():
         result = _isa_in_fresh_interpreter(level)
@@ -88,6 +93,7 @@ def test_every_supported_isa_can_be_forced() -> None:
         assert result.stdout.strip() == level
 
 
+@pytest.mark.forces_levels
 def test_unknown_isa_is_refused_with_the_choices() -> None:
     result = _isa_in_fresh_interpreter("no-such-level")
     assert result.returncode != 0

@@ -20,6 +20,8 @@ from moe_xarch.testing import (
 
 FACTORS = {"a": [0, 1, 2, 3], "b": "xyz", "c": "uvw", "d": [True, False], "e": [1, 2], "f": "pq"}
 
+pytestmark = pytest.mark.level_independent  # the Python test helpers
+
 
 @pytest.mark.parametrize("strength", [1, 2, 3])
 def test_covering_array_covers_every_combination(strength: int) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 import moe_xarch
@@ -17,6 +18,7 @@ from moe_xarch._library import LIBRARY_PATH
 from moe_xarch.testing import make_moe_problem
 
 
+@pytest.mark.level_independent
 def test_library_opens_openmp_parallel_regions() -> None:
     # The import of libgomp's entry point, in the dynamic symbol table.
     assert b"GOMP_parallel" in LIBRARY_PATH.read_bytes()
