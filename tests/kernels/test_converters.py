@@ -1,7 +1,8 @@
 """The checkpoint converters on tensors laid out the way AWQ, GPTQ and gpt-oss lay
 them out, packed here by each format's own rule (written from the format, not
 from the converter), ending in the reference on the converted weights matching a
-dense float computation with the dequantized weights."""
+dense float computation with the dequantized weights, and the op on them matching
+the reference."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+import moe_xarch
 from moe_xarch import MoeCompMethod, reference
 from moe_xarch.checkpoints import int4_from_awq, int4_from_gptq, mxfp4_from_gpt_oss
 from moe_xarch.testing import assert_matches_reference, make_moe_problem
@@ -64,12 +66,14 @@ def _moe_problem(method: int, **overrides: Any) -> dict[str, Any]:
     return kwargs
 
 
-def _assert_reference_is_the_dense_math(kwargs: dict[str, Any], w1: torch.Tensor, w2: torch.Tensor) -> None:
+def _assert_op_and_reference_are_the_dense_math(kwargs: dict[str, Any], w1: torch.Tensor, w2: torch.Tensor) -> None:
     method = kwargs["moe_comp_method"]
     dense = kwargs | {"moe_comp_method": MoeCompMethod.UNQUANT, "w1": w1, "w2": w2, "w1_scale": None,
                       "w2_scale": None, "w1_zero": None, "w2_zero": None}
     expected = reference.fused_experts(**dense)
-    assert_matches_reference(reference.fused_experts(**kwargs), expected, method, torch.float32)
+    oracle = reference.fused_experts(**kwargs)
+    assert_matches_reference(oracle, expected, method, torch.float32)
+    assert_matches_reference(moe_xarch.fused_experts(**kwargs), oracle, method, torch.float32)
 
 
 def _w1_of(gate: Any, up: Any) -> torch.Tensor:
@@ -106,7 +110,7 @@ def _check_int4_converter(convert: Any, group: int, zero_range: tuple[int, int] 
     assert torch.equal(gs, gate["scales"].transpose(1, 2).float())
     kwargs = _moe_problem(INT4, w1=_w1_of(g, u), w2=d, w1_scale=_w1_of(gs, us), w2_scale=ds,
                           w1_zero=_w1_of(gz, uz), w2_zero=dz)
-    _assert_reference_is_the_dense_math(kwargs, _w1_of(gate["dense"], up["dense"]), down["dense"])
+    _assert_op_and_reference_are_the_dense_math(kwargs, _w1_of(gate["dense"], up["dense"]), down["dense"])
 
 
 @pytest.mark.parametrize("group", [32, 64])
@@ -165,7 +169,7 @@ def test_gpt_oss() -> None:
     assert w1.shape == (E, 2 * N, K // 2) and s1.shape == (E, 2 * N, K // 32) and w2.shape == (E, K, N // 2)
     assert w1.dtype == s1.dtype == torch.uint8
     kwargs = _moe_problem(MXFP4, w1=w1, w2=w2, w1_scale=s1, w2_scale=s2, alpha=1.702, limit=7.0)
-    _assert_reference_is_the_dense_math(kwargs, _gpt_oss_dense(*mlp1), _gpt_oss_dense(*mlp2))
+    _assert_op_and_reference_are_the_dense_math(kwargs, _gpt_oss_dense(*mlp1), _gpt_oss_dense(*mlp2))
 
 
 def _awq_layer(**overrides: torch.Tensor) -> dict[str, torch.Tensor]:
