@@ -31,7 +31,8 @@ def test_a_record_is_keyed_by_the_wheels_sha256_and_keeps_each_runs_tests(arm, t
     assert entry[1]["file"] == wheel.name and entry[1]["torch"] == arm.torch
     assert entry[1]["runs"] == [{
         "cpu": "max", "isa": "i8mm", "isa_reported": "i8mm", "passed": 2, "failed": 0, "skipped": 0,
-        "result": "passed", "tests": {"tests/t.py::test_a": "passed", "tests/t.py::test_b": "passed"}}]
+        "result": "passed", "tests": {"tests/t.py::test_a": "passed", "tests/t.py::test_b": "passed"},
+        "scopes": {}}]
 
 
 def test_records_of_every_arch_are_read_together(x86, arm, tmp_path):
