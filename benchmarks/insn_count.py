@@ -106,13 +106,13 @@ def ensure_bundle(repository: str, base_tag: str) -> Path:
 
 
 def docker_command(level: Level, *, platform: str, image: str, wheel: Path, bundle: Path, report_dir: Path,
-                   worker_args: Sequence[str]) -> list[str]:
+                   worker_args: Sequence[str], name_args: Sequence[str] = ()) -> list[str]:
     env = {"OMP_NUM_THREADS": "1", "PYTHONHASHSEED": "0", **level.env()}
     emulator = (f"{BUNDLE}/lib/ld-linux-x86-64.so.2 --library-path {BUNDLE}/lib {BUNDLE}/bin/{EMULATOR[level.arch]}"
                 f" -cpu {level.cpu} {DETERMINISTIC} -plugin {BUNDLE}/plugins/libinsn_regions.so,out=/report/marks.txt")
     script = (f'pip install --quiet --no-index --no-deps "/wheelhouse/{wheel.name}" && '
               f'exec nice {emulator} "$(command -v python)" -m benchmarks.insn_worker "$@" --out /report/worker.json')
-    return ["docker", "run", "--rm", f"--platform={platform}", "--network=none",
+    return ["docker", "run", "--rm", *name_args, f"--platform={platform}", "--network=none",
             *(f"--env={k}={v}" for k, v in env.items()),
             f"--volume={REPO / 'benchmarks'}:/src/benchmarks:ro", f"--volume={wheel}:/wheelhouse/{wheel.name}:ro",
             f"--volume={bundle}:{BUNDLE}:ro", f"--volume={report_dir.resolve()}:/report", "--workdir=/src", image,
@@ -162,11 +162,20 @@ def run_level(level: Level, platform: str, image: str, wheel: Path, bundle: Path
     report_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("marks.txt", "worker.json"):
         (report_dir / stale).unlink(missing_ok=True)
+    from harness import containers
+
+    # Named and labelled: a container outlives its docker client, so an interrupted run removes it.
+    name = containers.container_name("insn", report_dir.parent.name, level.name)
     command = docker_command(level, platform=platform, image=image, wheel=wheel, bundle=bundle,
-                             report_dir=report_dir, worker_args=worker_args)
+                             report_dir=report_dir, worker_args=worker_args,
+                             name_args=[f"--name={name}", *containers.label_args()])
     start = time.monotonic()
-    with (report_dir / "run.log").open("w") as log:
-        code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT_SECONDS).returncode
+    try:
+        with (report_dir / "run.log").open("w") as log:
+            code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
+                                  timeout=RUN_TIMEOUT_SECONDS).returncode
+    finally:
+        containers.remove(name)
     if code != 0:
         tail = (report_dir / "run.log").read_text().strip().splitlines()[-5:]
         raise RuntimeError(f"{level.name}: the emulated run exited with {code}:\n  " + "\n  ".join(tail))
