@@ -164,3 +164,17 @@ def bench(session: nox.Session) -> None:
     session.install("--no-build-isolation", ".")
     session.run("python", "-m", "pytest", "tests/bench", "-q", "-p", "no:cacheprovider")
     session.run("python", "-m", "benchmarks.moe_bench", *session.posargs)
+
+
+@nox.session(name="bench-insn", default=False)
+def bench_insn(session: nox.Session) -> None:
+    """Instructions per op call under QEMU with a counting TCG plugin: a deterministic speed figure per ISA level.
+
+    Runs its unit tests, then benchmarks/insn_count.py with the arguments after
+    `--` (`-- --arch aarch64`, `--repeat 2` to prove two runs count the same,
+    `--help`); needs the built wheel (`nox -s build -- --arch aarch64`).
+    Table, JSON and PNG go to bench-results/insn/.
+    """
+    session.install("matplotlib", "pytest")
+    session.run("python", "-m", "pytest", "tests/bench/test_insn_count.py", "-q", "-p", "no:cacheprovider")
+    session.run("python", "-m", "benchmarks.insn_count", *session.posargs)
