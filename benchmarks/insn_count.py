@@ -34,9 +34,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-PLUGIN_DIR = REPO / "docker" / "qemu-plugin"
-BUNDLE_CACHE = REPO / ".cache" / "qemu-plugin"
+from harness import build, console, containers, images, paths, project, targets
+
+PLUGIN_DIR = paths.DOCKER / "qemu-plugin"
 BUNDLE = "/opt/qemu-plugin"  # where the plugin image keeps the bundle, and where runs mount it
 # TCG (QEMU 7.2) runs x86 code up to AVX2; an AVX-512 level would die with SIGILL.
 X86_LEVELS = ("generic", "avx2")
@@ -86,7 +86,7 @@ def plugin_image_tag(repository: str, base_tag: str, plugin_dir: Path = PLUGIN_D
 def ensure_bundle(repository: str, base_tag: str) -> Path:
     """The emulators and plugins on the host (built once into an image, copied out once)."""
     tag = plugin_image_tag(repository, base_tag)
-    bundle = BUNDLE_CACHE / tag.rsplit(":", 1)[1]
+    bundle = paths.QEMU_PLUGIN_CACHE / tag.rsplit(":", 1)[1]
     if (bundle / "VERSION").is_file():
         return bundle
     if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode != 0:
@@ -114,7 +114,7 @@ def docker_command(level: Level, *, platform: str, image: str, wheel: Path, bund
               f'exec nice {emulator} "$(command -v python)" -m benchmarks.insn_worker "$@" --out /report/worker.json')
     return ["docker", "run", "--rm", *name_args, f"--platform={platform}", "--network=none",
             *(f"--env={k}={v}" for k, v in env.items()),
-            f"--volume={REPO / 'benchmarks'}:/src/benchmarks:ro", f"--volume={wheel}:/wheelhouse/{wheel.name}:ro",
+            f"--volume={paths.REPO / 'benchmarks'}:/src/benchmarks:ro", f"--volume={wheel}:/wheelhouse/{wheel.name}:ro",
             f"--volume={bundle}:{BUNDLE}:ro", f"--volume={report_dir.resolve()}:/report", "--workdir=/src", image,
             "bash", "-c", script, "insn_worker", *worker_args]
 
@@ -162,7 +162,6 @@ def run_level(level: Level, platform: str, image: str, wheel: Path, bundle: Path
     report_dir.mkdir(parents=True, exist_ok=True)
     for stale in ("marks.txt", "worker.json"):
         (report_dir / stale).unlink(missing_ok=True)
-    from harness import containers
 
     # Named and labelled: a container outlives its docker client, so an interrupted run removes it.
     name = containers.container_name("insn", report_dir.parent.name, level.name)
@@ -269,25 +268,22 @@ def main(argv: list[str] | None = None) -> int:
     if sorted(args.tokens) != args.tokens or args.tokens[0] < 1:
         parser.error(f"--tokens: expected M values >= 1, smallest first; got {args.tokens}")
 
-    sys.path.insert(0, str(REPO))
-    from harness import build, console, host, images, targets
-
     worker_args = ["--tokens", *map(str, args.tokens), "--decode-only", *args.decode_only]
     for option in ("shapes", "methods"):
         if getattr(args, option):
             worker_args += [f"--{option}", *getattr(args, option)]
-    table = targets.load_targets(REPO / "pyproject.toml")
+    table = targets.load_targets(paths.PYPROJECT)
     began = time.perf_counter()
     jobs = []
     steps = console.StepLog()
-    work = REPO / "build" / "insn-count"
+    work = paths.REPO / "build" / "insn-count"
     # The emulators are this machine's programs: built on its own architecture's base image.
     host_base = images.ensure_images(table[platform.machine()], work, steps, upto="base")
     for arch in args.arch or ["aarch64"]:
         target = table[arch]
         specs = images.ensure_images(target, work, steps, upto="test")
-        wheel = build.find_wheel(REPO / "wheelhouse", arch)
-        bundle = ensure_bundle(images.REPOSITORY, host_base["base"].tag)
+        wheel = build.find_wheel(paths.WHEELHOUSE, arch)
+        bundle = ensure_bundle(project.NAME, host_base["base"].tag)
         levels = [lv for lv in planned_levels(target) if not args.isa or lv.isa in args.isa]
         if args.isa and not levels:
             parser.error(f"--isa: none of {args.isa} is a level of {arch} here "

@@ -21,3 +21,4 @@ IMAGE_CONTEXTS = WORK / "images"  # docker build contexts, and their locks
 WHEEL_CACHE = WORK / "wheels"  # each builder's last wheel and the hash of its inputs
 COVERAGE_BUILD = REPO / "build" / "coverage"
 CROSS_CACHE = REPO / ".cache" / "cross"  # the target's torch, unpacked for cross builds
+QEMU_PLUGIN_CACHE = REPO / ".cache" / "qemu-plugin"  # the instruction-counting emulator, copied out of its image
