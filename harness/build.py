@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harness import console, containers, cross, versioning
+from harness import console, containers, cross, toolchain, versioning
 from harness.errors import HarnessError, low_space, writing
 from harness.images import ImageSpec, image_in_use
 from harness.targets import Target
@@ -235,6 +235,8 @@ def host_arch() -> str:
 
 def applies(builder: str, target: Target, host: str) -> bool:
     """A cross build makes sense only for a foreign target; on its own arch, build natively."""
+    if builder == toolchain.NAME:  # to port: the cibuildwheel-hostcc Builder's applies()
+        return toolchain.applies(target, host)
     return builder != "cross" or host != target.arch
 
 
@@ -248,11 +250,14 @@ def choose_builders(target: Target, requested: list[str], host: str) -> list[str
 
 
 def build_with_cibuildwheel(job: BuildJob) -> None:
+    env = cibuildwheel_env(job.target, job.build_image, containers.label_args(), job.version)
+    if job.builder == toolchain.NAME:  # to port: the cibuildwheel-hostcc Builder's build()
+        env = toolchain.with_host_compiler(env, job.target, host_arch())
     console.run_streamed(
         [*job.tools.cibuildwheel, "--output-dir", str(job.output), "."],
         f"build {job.target.arch}",
         cwd=job.staged,
-        env=cibuildwheel_env(job.target, job.build_image, containers.label_args(), job.version),
+        env=env,
     )
 
 

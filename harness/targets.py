@@ -47,7 +47,7 @@ SUITES = {
 RUNNERS = ("native", "qemu")
 # cibuildwheel: in the target's build image (emulated on a foreign host);
 # cross: the host's cross compiler against the target's torch (harness/cross.py).
-BUILDERS = ("cibuildwheel", "cross")
+BUILDERS = ("cibuildwheel", "cibuildwheel-hostcc", "cross")
 # The parts of [tool.moe-xarch]; allowed-differences is read by harness/verdict.py.
 SECTIONS = ("targets", "allowed-differences")
 
