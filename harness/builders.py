@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from harness import console, containers, cross, versioning
+from harness import console, containers, cross, host, toolchain, versioning
 from harness.targets import ARCHES, TableError, Target, one_of
 from harness.tools import CIBUILDWHEEL, HOST_BACKEND, Tools
 
@@ -79,13 +79,34 @@ class Cibuildwheel(Builder):
     def identity(self, job: BuildJob) -> list[str]:
         return [CIBUILDWHEEL]
 
+    def environment(self, job: BuildJob) -> dict[str, str]:
+        return cibuildwheel_env(job.target, job.build_image, containers.label_args(), job.version)
+
     def build(self, job: BuildJob) -> None:
         console.run_streamed(
             [*job.tools.cibuildwheel, "--output-dir", str(job.output), "."],
             f"build {job.target.arch}",
             cwd=job.staged,
-            env=cibuildwheel_env(job.target, job.build_image, containers.label_args(), job.version),
+            env=self.environment(job),
         )
+
+
+class CibuildwheelHostCompiler(Cibuildwheel):
+    """cibuildwheel's own build and repair in the target's build image, under QEMU on
+    a foreign host, with the compiler that image carries for this host running
+    natively (harness/toolchain.py)."""
+
+    name = toolchain.NAME
+
+    def applies(self, target: Target, host_arch: str) -> bool:
+        return toolchain.applies(target, host_arch)
+
+    def identity(self, job: BuildJob) -> list[str]:
+        variables = toolchain.compiler_variables(job.target, host.arch())
+        return [CIBUILDWHEEL, *(f"{name}={value}" for name, value in sorted(variables.items()))]
+
+    def environment(self, job: BuildJob) -> dict[str, str]:
+        return toolchain.with_host_compiler(super().environment(job), job.target, host.arch())
 
 
 class Cross(Builder):
@@ -109,7 +130,7 @@ class Cross(Builder):
                           version=job.version, build_image=job.build_image)
 
 
-BUILDERS: Mapping[str, Builder] = {builder.name: builder for builder in (Cibuildwheel(), Cross())}
+BUILDERS: Mapping[str, Builder] = {builder.name: builder for builder in (CibuildwheelHostCompiler(), Cibuildwheel(), Cross())}
 
 
 def of(target: Target) -> list[Builder]:

@@ -4,7 +4,8 @@
 adding a target to the target table adds its CI jobs. Every target
 builds and tests on a runner of its own architecture ("native"); a target whose
 table runner is qemu also gets "emulated" jobs on an x86_64 runner, one per
-builder in its row (the cross build and cibuildwheel under QEMU): the paths this
+builder in its row (cibuildwheel with the carried compiler, the cross build,
+cibuildwheel fully under QEMU): the paths this
 harness takes on a developer's machine (CPU models via QEMU_CPU).
 """
 

@@ -60,7 +60,7 @@ def image_specs(target: Target, docker_dir: Path, ca_bundle: Path) -> dict[str, 
 
     base_files = ("Dockerfile.base",)
     test_files = ("Dockerfile.test", "debian-packages.txt", "install-debian-packages.sh")
-    build_files = ("Dockerfile.build",)
+    build_files = ("Dockerfile.build", "install-host-compiler.sh", "host-compiler-packages.txt")
     test_requirements = (target.torch, *requirement_lines(docker_dir / "requirements-test.txt"))
     build_requirements = tuple(requirement_lines(docker_dir / "requirements-build.txt"))
 

@@ -47,7 +47,7 @@ def test_a_cross_build_needs_a_foreign_host_and_a_toolchain(x86, arm):
     ("arch", "names", "message"),
     [
         ("aarch64", ("crosss",), "unknown builder 'crosss' (did you mean 'cross'?)"),
-        ("aarch64", (), "builders must name at least one of cibuildwheel, cross"),
+        ("aarch64", (), "builders must name at least one of cibuildwheel-hostcc, cibuildwheel, cross"),
         ("x86_64", ("cross",), "the cross builder cannot build x86_64 on any host"),
     ],
 )
@@ -72,6 +72,18 @@ def test_cibuildwheel_env_per_target(arm):
 
 def test_cibuildwheels_identity_is_its_pin(arm):
     assert builders.BUILDERS["cibuildwheel"].identity(job(arm, "cibuildwheel")) == [tools.CIBUILDWHEEL]
+
+
+def test_the_host_compiler_builder_adds_the_carried_compiler_on_a_foreign_x86_64_host(arm, monkeypatch):
+    hostcc = builders.BUILDERS["cibuildwheel-hostcc"]
+    assert hostcc.applies(arm, "x86_64") and hostcc.applies(arm, "aarch64")
+    monkeypatch.setattr(builders.host, "arch", lambda: "x86_64")
+    env = hostcc.environment(job(arm, hostcc.name))
+    assert env["CIBW_ENVIRONMENT"].endswith(" CC=/opt/host-compiler/bin/cc CXX=/opt/host-compiler/bin/c++")
+    assert hostcc.identity(job(arm, hostcc.name))[1:] == ["CC=/opt/host-compiler/bin/cc", "CXX=/opt/host-compiler/bin/c++"]
+    monkeypatch.setattr(builders.host, "arch", lambda: "aarch64")  # on an Arm host: the image's own gcc
+    assert hostcc.environment(job(arm, hostcc.name)) == builders.BUILDERS["cibuildwheel"].environment(job(arm, "x"))
+    assert hostcc.identity(job(arm, hostcc.name)) == [tools.CIBUILDWHEEL]
 
 
 @pytest.fixture

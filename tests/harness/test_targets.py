@@ -9,7 +9,7 @@ def test_the_repository_table_loads(repo_root):
     assert set(targets) == {"x86_64", "aarch64"}
     assert targets["aarch64"].runner == "qemu"
     assert {m.isa for m in targets["aarch64"].cpu_models} >= {"neon", "dotprod", "i8mm"}
-    assert targets["aarch64"].builders[0] == "cross" and "cibuildwheel" in targets["aarch64"].builders
+    assert targets["aarch64"].builders[0] == "cibuildwheel-hostcc" and "cibuildwheel" in targets["aarch64"].builders
     assert targets["x86_64"].builders == ("cibuildwheel",)
 
 
