@@ -27,13 +27,13 @@ from pathlib import Path
 
 from harness import console, containers, cross, images, suite
 from harness.paths import COVERAGE_BUILD, COVERAGE_REPORTS, IMAGE_CONTEXTS, REPO
-from harness.project import SUPPORTED_ISAS
+from harness.project import ENV_PREFIX, SUPPORTED_ISAS
 from harness.targets import ARCHES, Target, load_targets, select
 
 GCOVR = "gcovr==8.8"
 KERNEL_FILES = ("csrc/arch/*/gemm_*.cpp", "csrc/generic/gemm_*.cpp", "csrc/arch/*/*.h", "csrc/core/*.cpp",
                 "csrc/core/*.h")
-CMAKE_SETTING = "cmake.define.MOE_XARCH_COVERAGE=ON"
+CMAKE_SETTING = f"cmake.define.{ENV_PREFIX}_COVERAGE=ON"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +58,7 @@ UNREACHABLE = (
                 "runs only when an allocation in the scope throws"),
     Unreachable("csrc/core/dispatch.cpp", r"level\.supported\) best = &level|best->name, &best->kernels|"
                 r"^for \(const IsaLevel& level : ladder\) \{$",
-                "the default (best) level: every x86 run forces its level with MOE_XARCH_ISA", arch="x86_64"),
+                f"the default (best) level: every x86 run forces its level with {ENV_PREFIX}_ISA", arch="x86_64"),
     Unreachable("csrc/core/activations.h", r"^inline uint16_t to_bf16_bits\(float value\)",
                 "inlined at every use: gcov counts the out-of-line copy, which nothing calls"),
     Unreachable("csrc/arch/x86/e4m3_bf16.h", r"return reinterpret_cast<__m512i>\(half\); \}\);",
@@ -324,7 +324,7 @@ def native_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], outco
             outcome.not_run[f"{target.arch} {level}"] = "this CPU lacks it"
             continue
         gcda = _fresh(COVERAGE_REPORTS / target.arch / level)
-        env = {"MOE_XARCH_ISA": level, "MOE_XARCH_EXPECT_ISA": level, **gcov_env(str(gcda), build_dir)}
+        env = {f"{ENV_PREFIX}_ISA": level, f"{ENV_PREFIX}_EXPECT_ISA": level, **gcov_env(str(gcda), build_dir)}
         command = [python, "-m", "pytest", "tests/kernels", "-p", "no:cacheprovider", *_workers(target.runner),
                    *pytest_args]
         code = console.run_streamed(command, f"coverage {target.arch} {level}", env=env, cwd=REPO, check=False)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from harness import console, containers
 from harness.paths import DOCKER
+from harness.project import ENV_PREFIX, SUPPORTED_ISAS
 from harness.targets import Target
 from harness.verdict import SCOPE_MARKERS, RunId, designated
 from harness.wheels import requirement_lines
@@ -61,12 +62,12 @@ def planned_runs(target: Target, supported_isas: list[str] | None = None) -> lis
     if target.runner == "qemu":
         return [
             SuiteRun(target, model.name, model.isa,
-                     (("QEMU_CPU", model.name), ("MOE_XARCH_EXPECT_ISA", model.isa)))
+                     (("QEMU_CPU", model.name), (f"{ENV_PREFIX}_EXPECT_ISA", model.isa)))
             for model in target.cpu_models
         ]
     supported = supported_isas or []
     return [
-        SuiteRun(target, "host", level, (("MOE_XARCH_ISA", level), ("MOE_XARCH_EXPECT_ISA", level)))
+        SuiteRun(target, "host", level, ((f"{ENV_PREFIX}_ISA", level), (f"{ENV_PREFIX}_EXPECT_ISA", level)))
         for level in target.isa_levels
         if level in supported
     ]
@@ -118,7 +119,7 @@ def query_supported_isas(target: Target, image: str, wheel: Path, repo: Path) ->
     name = containers.container_name("isas", target.arch)
     script = (
         'pip install --quiet --no-index --no-deps "$0" && '
-        "python -c 'import moe_xarch; print(*moe_xarch.supported_isas())'"
+        f"python -c '{SUPPORTED_ISAS}'"
     )
     try:
         output = subprocess.run(

@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from harness.console import StepLog, clock
+from harness.project import NAME, TABLE
 from harness.suite import STAGES, RunRecord
-from harness.verdict import SCOPES, FAILING, Allowed, Drift, Outcome, RunId, Verdict, compare, read_junit
+from harness.verdict import FAILING, SCOPES, Allowed, Drift, Outcome, RunId, Verdict, compare, read_junit
 
 SHOWN_PER_RUN = 10  # failing tests or drifts listed per run; the JSON has them all
 
@@ -304,7 +305,7 @@ def _table(rows: Sequence[Row]) -> list[str]:
 
 def markdown(rows: Sequence[Row], steps: StepLog, verdict: Mapping[str, Verdict],
              allowed: Sequence[Allowed] = ()) -> str:
-    lines = ["## moe-xarch test matrix", ""]
+    lines = [f"## {NAME} test matrix", ""]
     for stage in STAGES:
         stage_rows = [row for row in rows if row.record.stage == stage]
         if stage_rows:
@@ -318,7 +319,7 @@ def markdown(rows: Sequence[Row], steps: StepLog, verdict: Mapping[str, Verdict]
         state = "the same" if stage_verdict.ok else f"{len(stage_verdict.drifts)} not the same (below)"
         lines.append(f"- {stage}: {stage_verdict.tests} test IDs over {compared} runs: {state}")
     if allowed:
-        lines += ["", "Allowed differences ([tool.moe-xarch] allowed-differences):", "",
+        lines += ["", f"Allowed differences ([{TABLE}] allowed-differences):", "",
                   "| test | where | outcome | reason | runs it applied to |", "| --- | --- | --- | --- | ---: |"]
         for allowance in allowed:
             used = {run for stage_verdict in verdict.values() for a, run, _ in stage_verdict.excused if a == allowance}

@@ -21,8 +21,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from harness.targets import TableError, Target, typed_fields
-from harness.targets import one_of
+from harness.project import NAME, TABLE
+from harness.targets import TableError, Target, one_of, typed_fields
 
 # JUnit shows an xfail as <skipped type="pytest.xfail">, a strict xpass as a failure
 # whose message starts so, and a non-strict xpass as a pass (xfail_strict is on).
@@ -160,7 +160,7 @@ _ALLOWED_KEYS: dict[str, tuple[str, type, bool]] = {
     "reason": ("reason", str, True),
     "cpu-models": ("cpu_models", list, False),
 }
-WHERE = "[[tool.moe-xarch.allowed-differences]]"
+WHERE = f"[[{TABLE}.allowed-differences]]"
 
 
 def _parse_allowed(index: int, row: Any, targets: Mapping[str, Target]) -> Allowed:
@@ -184,7 +184,7 @@ def _parse_allowed(index: int, row: Any, targets: Mapping[str, Target]) -> Allow
 
 
 def parse_allowed(pyproject: Mapping[str, Any], targets: Mapping[str, Target]) -> tuple[Allowed, ...]:
-    rows = pyproject.get("tool", {}).get("moe-xarch", {}).get("allowed-differences", [])
+    rows = pyproject.get("tool", {}).get(NAME, {}).get("allowed-differences", [])
     if not isinstance(rows, list):
         raise TableError(f"{WHERE}: must be an array of tables")
     return tuple(_parse_allowed(index, row, targets) for index, row in enumerate(rows))

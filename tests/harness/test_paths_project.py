@@ -30,10 +30,6 @@ def test_the_names_come_from_pyprojects_project_name(repo_root):
     ast.parse(project.SUPPORTED_ISAS)
 
 
-# Modules that other work of this round restructures, still spelling the name:
-# each leaves this list once it takes the name from harness/project.py.
-NOT_YET = {"coverage.py", "suite.py", "summary.py", "verdict.py"}
-
 
 def test_no_harness_module_but_project_spells_the_name_in_code(repo_root):
     """Docstrings and comments may say it; code takes it from harness/project.py."""
@@ -43,4 +39,4 @@ def test_no_harness_module_but_project_spells_the_name_in_code(repo_root):
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and "\n" not in node.value:
                 if any(word in node.value.lower() for word in ("moe-xarch", "moe_xarch")):
                     spelled.setdefault(module.name, []).append(f"{node.lineno}: {node.value}")
-    assert set(spelled) == NOT_YET, {name: lines for name, lines in spelled.items() if name not in NOT_YET}
+    assert not spelled, spelled
