@@ -13,6 +13,14 @@
 // count is a multiple of 32 (so the driver's row blocks, and the up half of
 // w1, start on 16-row blocks); the header says which, and a level that cannot
 // read it refuses the tensor.
+//
+// 4-bit weights (INT4_W4A8, MXFP4) pack the same on every architecture: their
+// rows of bytes as the spec lays them out (byte j of a row: value 2j in the low
+// nibble, 2j + 1 in the high), each padded with zero bytes to a multiple of
+// kPackAlign bytes; the header's cols counts bytes and its dtype is the
+// method's 4-bit dtype (methods.h), so a pack for one method is refused by
+// the other. Kernels read such rows up to the logical width only: a zero
+// nibble is not a zero value for either method.
 #pragma once
 
 #include <ATen/core/Tensor.h>
