@@ -55,13 +55,13 @@ EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
     },
     "avx2": {
         **_level("avx2", ("gemm_f32", "gemm_bf16", "gemm_s8", "gemm_bf16_fp8", *_FP8_ROWS, *ROW_KERNELS)),
+        # No 4-bit kernels of its own yet: the generic ones.
         **_level("generic", _FOUR_BIT),
         **_PACK_ROWS,
     },
     # No fused fp8 GEMM: fp8 rows are widened (fp8_to_bf16) for gemm_bf16.
     "avx512": {
-        **_level("avx512", ("gemm_f32", "gemm_bf16", "gemm_s8", *_FP8_ROWS, *ROW_KERNELS)),
-        **_level("generic", _FOUR_BIT),
+        **_level("avx512", ("gemm_f32", "gemm_bf16", "gemm_s8", *_FP8_ROWS, *_FOUR_BIT, *ROW_KERNELS)),
         **_PACK_ROWS,
     },
     # avx512 with its own bf16 and fp8 GEMMs, fp8 to bf16 widening and tile-layout GEMMs.
@@ -69,7 +69,8 @@ EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
         **_level("avx512", ("gemm_f32", "gemm_s8", "fp8_to_f32")),
         **_level("avx512_bf16", ("gemm_bf16", "gemm_bf16_fp8", "fp8_to_bf16", "gemm_bf16_tiles",
                                  "gemm_s8_tiles", "gemm_bf16_fp8_tiles", *ROW_KERNELS)),
-        **_level("generic", _FOUR_BIT),
+        # The 4-bit kernels are avx512's (MXFP4 widened exactly, then this level's vdpbf16ps GEMM).
+        **_level("avx512", _FOUR_BIT),
         **_PACK_BOTH,
     },
     # avx512_bf16 with tile GEMMs from 4 rows of a; fp8 is never widened into rows for bf16.
@@ -82,10 +83,10 @@ EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
         "gemm_s8_tiles": Expected("amx", {"avx512_bf16": _AMX_FEW_ROWS}),
         "gemm_bf16_fp8_tiles": Expected("amx", {"avx512_bf16": f"{_AMX_FEW_ROWS}, or block_k not a multiple of 32"}),
         **_level("avx512_bf16", ROW_KERNELS),
-        **_level("generic", _FOUR_BIT),
+        **_level("avx512", _FOUR_BIT),
         **_PACK_BOTH,
     },
-    # aarch64: the row loops and fp8 widening are the generic level's at every level.
+    # aarch64: the row loops, fp8 widening and the 4-bit kernels are the generic level's at every level.
     "neon": {
         **_level("neon", ("gemm_f32", "gemm_bf16", "gemm_s8")),
         **_level("generic", (*_FP8_ROWS, *_FOUR_BIT, *ROW_KERNELS)),
