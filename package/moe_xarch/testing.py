@@ -18,13 +18,14 @@ from typing import Any
 import torch
 
 import moe_xarch
-from moe_xarch.quant import quantize_fp8_block, quantize_int8_per_channel
 from moe_xarch.ops import MoeCompMethod
+from moe_xarch.quant import quantize_fp8_block, quantize_int4, quantize_int8_per_channel, quantize_mxfp4
+from moe_xarch.reference import INT8_ACTIVATION_METHODS
 
 __all__ = [
     "ACTIVATIONS",
     "DTYPE_TOLERANCE",
-    "INT8_TOLERANCE",
+    "INT8_ACTIVATION_TOLERANCE",
     "MoeProblem",
     "Tolerance",
     "assert_matches_reference",
@@ -35,14 +36,16 @@ __all__ = [
     "tolerance",
 ]
 
-# Max abs and rel error against the reference, from the op contract.
+# Max abs and rel error against the reference, from the op contract: of UNQUANT
+# and of the methods with activations as given (FP8_W8A16, MXFP4).
 DTYPE_TOLERANCE: Mapping[torch.dtype, float] = {
     torch.float32: 1e-4,
     torch.bfloat16: 2e-2,
     torch.float16: 5e-3,
 }
-# INT8_W8A8's tolerance is relative to the output's scale, max|reference|.
-INT8_TOLERANCE = 3e-2
+# The methods quantizing activations to int8 (INT8_W8A8, INT4_W4A8): relative to
+# the output's scale, max|reference|.
+INT8_ACTIVATION_TOLERANCE = 3e-2
 
 # The activation variants by name: the alpha/limit keyword arguments they take.
 # The limit is small enough to clamp a good share of O(1) pre-activations.
@@ -72,8 +75,8 @@ class Tolerance:
 
 def tolerance(moe_comp_method: int, dtype: torch.dtype) -> Tolerance:
     """The contract's tolerance for a method and output dtype."""
-    if int(moe_comp_method) == MoeCompMethod.INT8_W8A8:
-        return Tolerance(rtol=INT8_TOLERANCE, atol=INT8_TOLERANCE, relative_to_output_scale=True)
+    if int(moe_comp_method) in INT8_ACTIVATION_METHODS:
+        return Tolerance(rtol=INT8_ACTIVATION_TOLERANCE, atol=INT8_ACTIVATION_TOLERANCE, relative_to_output_scale=True)
     return Tolerance(rtol=DTYPE_TOLERANCE[dtype], atol=DTYPE_TOLERANCE[dtype])
 
 
@@ -137,6 +140,8 @@ def make_moe_problem(
     seed: int = 0,
     *,
     block_size: Sequence[int] = (16, 32),
+    group_size: int = 32,
+    zero_points: bool = True,
     ids_dtype: torch.dtype = torch.int32,
     bias_dtype: torch.dtype | None = None,
     unused_slot_fraction: float = 0.125,
@@ -146,7 +151,9 @@ def make_moe_problem(
 
     Weights are scaled by 1/sqrt(fan-in) so every stage is O(1). Quantized methods
     quantize the same float weights with ``moe_xarch.quant``; FP8 uses
-    ``block_size``. Each token has ``topk`` distinct experts; about
+    ``block_size``, INT4_W4A8 ``group_size`` (dividing K and N) and, unless
+    ``zero_points`` is False, zero points (else None: zero point 8). The 4-bit
+    methods need K and N to be multiples of 32. Each token has ``topk`` distinct experts; about
     ``unused_slot_fraction`` of the slots are -1, but never all of a row's.
     Biases, when asked for, are in ``bias_dtype`` (default: ``dtype``).
     """
@@ -164,6 +171,8 @@ def make_moe_problem(
         "moe_comp_method": int(moe_comp_method),
         "w1_scale": None,
         "w2_scale": None,
+        "w1_zero": None,
+        "w2_zero": None,
         "block_size": None,
         "w1_bias": None,
         "w2_bias": None,
@@ -181,6 +190,12 @@ def make_moe_problem(
         (w1, arguments["w1_scale"]), (w2, arguments["w2_scale"]) = (
             quantize_fp8_block(w, block_size) for w in (w1, w2)
         )
+    elif moe_comp_method == MoeCompMethod.INT4_W4A8:
+        (w1, arguments["w1_scale"], arguments["w1_zero"]), (w2, arguments["w2_scale"], arguments["w2_zero"]) = (
+            quantize_int4(w, group_size, symmetric=not zero_points) for w in (w1, w2)
+        )
+    elif moe_comp_method == MoeCompMethod.MXFP4:
+        (w1, arguments["w1_scale"]), (w2, arguments["w2_scale"]) = map(quantize_mxfp4, (w1, w2))
     else:
         raise ValueError(f"moe_comp_method: no problem builder for {moe_comp_method}")
 

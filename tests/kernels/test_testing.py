@@ -11,6 +11,7 @@ import torch
 from moe_xarch import MoeCompMethod, reference
 from moe_xarch.testing import (
     DTYPE_TOLERANCE,
+    Tolerance,
     assert_matches_reference,
     covering_array,
     make_moe_problem,
@@ -38,9 +39,10 @@ def test_tolerances_are_the_spec_ones() -> None:
     assert DTYPE_TOLERANCE == {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 5e-3}
     for dtype, value in DTYPE_TOLERANCE.items():
         unquant = tolerance(MoeCompMethod.UNQUANT, dtype)
-        assert tolerance(MoeCompMethod.FP8_W8A16, dtype) == unquant
+        assert tolerance(MoeCompMethod.FP8_W8A16, dtype) == tolerance(MoeCompMethod.MXFP4, dtype) == unquant
         assert (unquant.rtol, unquant.atol) == (value, value)
-        assert tolerance(MoeCompMethod.INT8_W8A8, dtype).relative_to_output_scale
+        for method in (MoeCompMethod.INT8_W8A8, MoeCompMethod.INT4_W4A8):
+            assert tolerance(method, dtype) == Tolerance(3e-2, 3e-2, relative_to_output_scale=True)
 
 
 def test_int8_tolerance_scales_with_the_output() -> None:
@@ -52,7 +54,7 @@ def test_int8_tolerance_scales_with_the_output() -> None:
 
 @pytest.mark.parametrize("method", list(reference.IMPLEMENTED_METHODS), ids=lambda m: m.name)
 def test_problem_routing_and_weights(method: MoeCompMethod) -> None:
-    M, K, N, E, topk = 200, 32, 16, 6, 3
+    M, K, N, E, topk = 200, 64, 32, 6, 3
     problem = make_moe_problem(M, K, N, E, topk, torch.float16, method, bias=True)
     a = problem.arguments
     ids = a["topk_ids"]
@@ -67,9 +69,12 @@ def test_problem_routing_and_weights(method: MoeCompMethod) -> None:
         MoeCompMethod.UNQUANT: torch.float16,
         MoeCompMethod.INT8_W8A8: torch.int8,
         MoeCompMethod.FP8_W8A16: torch.float8_e4m3fn,
+        MoeCompMethod.INT4_W4A8: torch.uint8,
+        MoeCompMethod.MXFP4: torch.uint8,
     }[method]
     assert a["w1"].dtype == a["w2"].dtype == weight_dtype
-    assert a["w1"].shape == (E, 2 * N, K) and a["w2"].shape == (E, K, N)
+    per_byte = 2 if weight_dtype == torch.uint8 else 1
+    assert a["w1"].shape == (E, 2 * N, K // per_byte) and a["w2"].shape == (E, K, N // per_byte)
     assert a["w1_bias"].shape == (E, 2 * N) and a["w2_bias"].shape == (E, K)
 
 
