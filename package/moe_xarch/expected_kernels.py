@@ -54,9 +54,8 @@ EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
         **_PACK_ROWS,
     },
     "avx2": {
-        **_level("avx2", ("gemm_f32", "gemm_bf16", "gemm_s8", "gemm_bf16_fp8", *_FP8_ROWS, *ROW_KERNELS)),
-        # No 4-bit kernels of its own yet: the generic ones.
-        **_level("generic", _FOUR_BIT),
+        **_level("avx2", ("gemm_f32", "gemm_bf16", "gemm_s8", "gemm_bf16_fp8", *_FP8_ROWS, *_FOUR_BIT,
+                          *ROW_KERNELS)),
         **_PACK_ROWS,
     },
     # No fused fp8 GEMM: fp8 rows are widened (fp8_to_bf16) for gemm_bf16.

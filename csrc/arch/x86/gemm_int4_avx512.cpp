@@ -28,9 +28,7 @@ namespace moe_xarch {
 namespace {
 
 constexpr int64_t kStepValues = 128;  // of K per step: one 64-byte load of b
-constexpr int64_t kChunk = 32;        // values of a 128-bit lane
-
-int64_t round_up(int64_t x, int64_t multiple) { return (x + multiple - 1) / multiple * multiple; }
+constexpr int64_t kChunk = x86::kW4A8Chunk;
 
 struct W4A8Tiles {
   static constexpr int kMR = 4;
@@ -39,15 +37,10 @@ struct W4A8Tiles {
   using T = uint8_t;
   static constexpr int64_t kKBlock = 0;
 
-  const int8_t* a;        // rows of a in step order, lda bytes apart
-  int64_t lda;
+  const x86::W4A8Operands<kStepValues>& ops;
   const float* a_scale;
-  const float* a_sums;    // per chunk, chunks apart
   const uint8_t* b;
   int64_t ldb;
-  const float* scales;    // per row of b and chunk: the group's scale
-  const float* zero_scales;  // ... times the group's zero point
-  int64_t chunks;         // a multiple of 16
   float* c;
   int64_t ldc;
 
@@ -55,15 +48,7 @@ struct W4A8Tiles {
 
   template <int MR, int NR>
   MOE_X86_INLINE void tile(int64_t i, const x86::TileCols& cols, int64_t /*p0*/, int64_t k, bool /*first*/) {
-    const uint8_t* pb[NR];
-    const float* ps[NR];
-    const float* pz[NR];
-    for (int q = 0; q < NR; ++q) {
-      const int64_t j = cols.j + (q < cols.nb ? q : cols.nb - 1) * cols.stride;
-      pb[q] = b + j * ldb;
-      ps[q] = scales + j * chunks;
-      pz[q] = zero_scales + j * chunks;
-    }
+    const x86::W4A8Columns<NR> col(ops, b, ldb, cols);
     const int64_t ahead = cols.ahead * ldb;
     const __m512i chunk_of_lane = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
@@ -76,15 +61,15 @@ struct W4A8Tiles {
       const __mmask64 lanes = bytes == 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1;
       __m512i even[MR], odd[MR];
       for (int r = 0; r < MR; ++r) {
-        even[r] = _mm512_load_si512(a + (i + r) * lda + p);
-        odd[r] = _mm512_load_si512(a + (i + r) * lda + p + 64);
+        even[r] = _mm512_load_si512(ops.a + (i + r) * ops.lda + p);
+        odd[r] = _mm512_load_si512(ops.a + (i + r) * ops.lda + p + 64);
       }
       for (int q = 0; q < NR; ++q) {
-        if constexpr (MR == 1) __builtin_prefetch(pb[q] + ahead + p / 2, 0, 3);
-        const __m512i packed = _mm512_maskz_loadu_epi8(lanes, pb[q] + p / 2);
+        if constexpr (MR == 1) __builtin_prefetch(col.b[q] + ahead + p / 2, 0, 3);
+        const __m512i packed = _mm512_maskz_loadu_epi8(lanes, col.b[q] + p / 2);
         const __m512i lo = _mm512_and_si512(packed, low4);
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
-        const __m512 scale = _mm512_permutexvar_ps(chunk_of_lane, _mm512_broadcast_f32x4(_mm_loadu_ps(ps[q] + p / kChunk)));
+        const __m512 scale = _mm512_permutexvar_ps(chunk_of_lane, _mm512_broadcast_f32x4(_mm_loadu_ps(col.scale[q] + p / kChunk)));
         for (int r = 0; r < MR; ++r) {
           __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, even[r]);
           dot = _mm512_dpbusd_epi32(dot, hi, odd[r]);
@@ -93,12 +78,12 @@ struct W4A8Tiles {
       }
     }
     for (int r = 0; r < MR; ++r) {
-      const float* sums = a_sums + (i + r) * chunks;
+      const float* sums = ops.a_sums + (i + r) * ops.chunks;
       __m512 out[NR];
       for (int q = 0; q < NR; ++q) {
         __m512 zero_part = _mm512_setzero_ps();
-        for (int64_t t = 0; t < chunks; t += 16) {
-          zero_part = _mm512_fmadd_ps(_mm512_loadu_ps(pz[q] + t), _mm512_loadu_ps(sums + t), zero_part);
+        for (int64_t t = 0; t < ops.chunks; t += 16) {
+          zero_part = _mm512_fmadd_ps(_mm512_loadu_ps(col.zero_scale[q] + t), _mm512_loadu_ps(sums + t), zero_part);
         }
         out[q] = _mm512_mul_ps(_mm512_sub_ps(acc[r][q], zero_part), _mm512_set1_ps(a_scale[i + r]));
       }
@@ -113,39 +98,8 @@ struct W4A8Tiles {
 void avx512::gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
                        const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmW4A8);
-  const int64_t steps = round_up(k, kStepValues), chunks = round_up(steps / kChunk, 16);
-  // One scratch: a in step order, a's chunk sums, the rows' chunk scales and zero parts.
-  const int64_t a_bytes = m * steps, sums_bytes = m * chunks * 4, scale_bytes = n * chunks * 4;
-  uint8_t* scratch = thread_scratch(ScratchUse::kInt4Groups, a_bytes + sums_bytes + 2 * scale_bytes);
-  auto* a_steps = reinterpret_cast<int8_t*>(scratch);
-  auto* a_sums = reinterpret_cast<float*>(scratch + a_bytes);
-  auto* scales = reinterpret_cast<float*>(scratch + a_bytes + sums_bytes);
-  auto* zero_scales = reinterpret_cast<float*>(scratch + a_bytes + sums_bytes + scale_bytes);
-  for (int64_t i = 0; i < m; ++i) {
-    const int8_t* row = a + i * lda;
-    int8_t* dst = a_steps + i * steps;
-    float* sums = a_sums + i * chunks;
-    for (int64_t p = 0; p < steps; ++p) {
-      const int64_t step = p / kStepValues * kStepValues, at = p % kStepValues;
-      dst[step + at % 2 * 64 + at / 2] = p < k ? row[p] : int8_t{0};
-    }
-    for (int64_t t = 0; t < chunks; ++t) {
-      int32_t sum = 0;
-      for (int64_t p = t * kChunk; p < (t + 1) * kChunk && p < k; ++p) sum += row[p];
-      sums[t] = static_cast<float>(sum);
-    }
-  }
-  for (int64_t j = 0; j < n; ++j) {
-    for (int64_t t = 0; t < chunks; ++t) {
-      const int64_t g = t * kChunk / groups.group;
-      const bool inside = t * kChunk < k;
-      const float scale = inside ? groups.scale[j * groups.ld + g] : 0.f;
-      const int zero = groups.zero == nullptr ? 8 : inside ? groups.zero[j * groups.ld + g] : 0;
-      scales[j * chunks + t] = scale;
-      zero_scales[j * chunks + t] = scale * static_cast<float>(zero);
-    }
-  }
-  W4A8Tiles t{a_steps, steps, a_scale, a_sums, b, ldb, scales, zero_scales, chunks, c, ldc};
+  const x86::W4A8Operands<kStepValues> ops(m, n, k, a, lda, groups);
+  W4A8Tiles t{ops, a_scale, b, ldb, c, ldc};
   x86::gemm_tiled(t, m, n, k);
 }
 
