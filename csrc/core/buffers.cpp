@@ -46,7 +46,7 @@ uint8_t* thread_scratch(ScratchUse use, int64_t bytes) {
     AlignedBuffer<uint8_t> data;
     int64_t capacity = 0;
   };
-  thread_local std::array<Buffer, static_cast<size_t>(ScratchUse::kFp8Block) + 1> buffers;
+  thread_local std::array<Buffer, static_cast<size_t>(ScratchUse::kInt4Groups) + 1> buffers;
   Buffer& buffer = buffers[static_cast<size_t>(use)];
   if (buffer.capacity < bytes) {
     buffer.data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, static_cast<size_t>(bytes))));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "core/checked.h"
 #include "core/fused_experts.h"
@@ -88,6 +89,76 @@ int64_t describe_weight(const at::Tensor& w, const char* name, bool is_vnni, Pac
   return w.size(0);
 }
 
+// A 4-bit weight (uint8, two values a byte): unpacked, its columns count
+// bytes; as the driver sees it, values, and the method's 4-bit dtype.
+void describe_four_bit(WeightOperand& w, const char* name, at::ScalarType four_bit, const char* method) {
+  if (w.packed) {  // the header holds the dtype, and the row length in bytes
+    if (w.dtype == four_bit) w.cols *= 2;
+    return;
+  }
+  MOE_CHECK(w.dtype == at::kByte, name, " must be uint8 (two 4-bit values a byte) for ", method, ", got ", w.dtype);
+  w.dtype = four_bit;
+  w.cols *= 2;
+}
+
+// INT4_W4A8's scales and zero points of one weight: [E, rows, cols / G] with
+// G (the group size) a multiple of 32 that divides cols, `dim` cols' name.
+void check_int4_groups(const std::optional<at::Tensor>& scale, const std::optional<at::Tensor>& zero,
+                       const char* weight, int64_t E, int64_t rows, int64_t cols, const char* dim,
+                       at::OptionalIntArrayRef block_size, WeightOperand* w) {
+  const std::string scale_name = std::string(weight) + "_scale", zero_name = std::string(weight) + "_zero";
+  const char* sname = scale_name.c_str();
+  MOE_CHECK(scale.has_value(), sname, " is required for INT4_W4A8 (float32 [E, ", rows, ", ", dim,
+            " / G], G the group size)");
+  MOE_CHECK(scale->scalar_type() == at::kFloat, sname, " must be float32, got ", scale->scalar_type());
+  MOE_CHECK(scale->dim() == 3 && scale->size(0) == E && scale->size(1) == rows && scale->size(2) > 0,
+            sname, " must have shape [E, ", rows, ", ", dim, " / G] = [", E, ", ", rows, ", ", dim, " / G], got ",
+            scale->sizes());
+  const int64_t groups = scale->size(2);
+  MOE_CHECK(cols % groups == 0, sname, " has ", groups, " groups a row, which do not divide ", dim, " = ", cols,
+            " (the group size G = ", dim, " / ", sname, ".shape[-1] must divide ", dim, ")");
+  const int64_t group = cols / groups;
+  MOE_CHECK(group % 32 == 0, sname, " gives a group size G = ", dim, " / ", groups, " = ", group,
+            ", which is not a multiple of 32");
+  MOE_CHECK(!block_size.has_value() || *block_size == at::IntArrayRef({1, group}), "block_size must be None or [1, G] = [1, ",
+            group, "] for INT4_W4A8 (G from ", sname, "), got ", *block_size);
+  check_contiguous(*scale, sname);
+  w->group_scale = scale->data_ptr<float>();
+  w->scale_cols = groups;
+  w->group = group;
+  if (!zero.has_value()) return;
+  const char* zname = zero_name.c_str();
+  MOE_CHECK(zero->scalar_type() == at::kByte, zname, " must be uint8 (zero points in [0, 15]), got ",
+            zero->scalar_type());
+  check_shape(*zero, zname, scale->sizes());
+  check_contiguous(*zero, zname);
+  if (zero->numel() > 0) {
+    const int64_t largest = zero->max().item<int64_t>();
+    MOE_CHECK(largest <= 15, zname, " must hold zero points in [0, 15], got ", largest);
+  }
+  w->group_zero = zero->const_data_ptr<uint8_t>();
+}
+
+// MXFP4's E8M0 scales of one weight: uint8 [E, rows, cols / 32], no 255 (NaN).
+void check_mx_scale(const std::optional<at::Tensor>& scale, const char* weight, int64_t E, int64_t rows,
+                    int64_t cols, const char* dim, WeightOperand* w) {
+  const std::string scale_name = std::string(weight) + "_scale";
+  const char* sname = scale_name.c_str();
+  MOE_CHECK(cols % 32 == 0, "MXFP4 needs the reduction dimension of ", weight, " (", dim,
+            ") to be a multiple of 32 (its blocks), got ", dim, " = ", cols);
+  MOE_CHECK(scale.has_value(), sname, " is required for MXFP4 (uint8 E8M0 scales [E, ", rows, ", ", dim,
+            " / 32])");
+  MOE_CHECK(scale->scalar_type() == at::kByte, sname, " must be uint8 (E8M0 scales), got ", scale->scalar_type());
+  check_shape(*scale, sname, {E, rows, cols / 32});
+  check_contiguous(*scale, sname);
+  if (scale->numel() > 0) {
+    const int64_t largest = scale->max().item<int64_t>();
+    MOE_CHECK(largest != 255, sname, " holds the E8M0 byte 255 (NaN in the OCP spec), which is not a scale");
+  }
+  w->mx_scale = scale->const_data_ptr<uint8_t>();
+  w->scale_cols = cols / 32;
+}
+
 }  // namespace
 
 MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch, bool tiles) {
@@ -142,12 +213,21 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch,
     MOE_CHECK(*p.limit > 0.f, "limit must be a positive number (the clamp bound; +inf clamps nothing), got ",
               *args.limit);
   }
-  MOE_CHECK(!args.w1_zero.has_value(), "w1_zero is only used by INT4_W4A8, not ", method);
-  MOE_CHECK(!args.w2_zero.has_value(), "w2_zero is only used by INT4_W4A8, not ", method);
+  if (p.method != Method::kInt4W4A8) {
+    MOE_CHECK(!args.w1_zero.has_value(), "w1_zero is only used by INT4_W4A8, not ", method);
+    MOE_CHECK(!args.w2_zero.has_value(), "w2_zero is only used by INT4_W4A8, not ", method);
+  }
 
   const int64_t e1 = describe_weight(args.w1, "w1", args.is_vnni, arch, tiles, &p.w1);
   const int64_t e2 = describe_weight(args.w2, "w2", args.is_vnni, arch, tiles, &p.w2);
-  const at::ScalarType wdtype = weight_dtype(p.method, p.act_dtype);
+  const at::ScalarType four_bit = four_bit_dtype(p.method);
+  if (four_bit != at::ScalarType::Undefined) {
+    describe_four_bit(p.w1, "w1", four_bit, method);
+    describe_four_bit(p.w2, "w2", four_bit, method);
+    MOE_CHECK(p.hidden % 2 == 0, "hidden_states must have an even K for ", method,
+              " (two 4-bit values a byte), got K = ", p.hidden);
+  }
+  const at::ScalarType wdtype = four_bit != at::ScalarType::Undefined ? four_bit : weight_dtype(p.method, p.act_dtype);
   MOE_CHECK(p.w1.dtype == wdtype, "w1 must be ", wdtype, " for ", method, " with ", p.act_dtype,
             " hidden_states, got ", p.w1.dtype);
   MOE_CHECK(p.w2.dtype == wdtype, "w2 must be ", wdtype, " for ", method, " with ", p.act_dtype,
@@ -160,6 +240,8 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch,
   MOE_CHECK(p.w1.rows % 2 == 0, "w1 must be [E, 2N, K] with an even number of rows, got ",
             p.w1.rows);
   p.inter = p.w1.rows / 2;
+  MOE_CHECK(four_bit == at::ScalarType::Undefined || p.inter % 2 == 0, "w1 must be [E, 2N, K / 2] with an even N for ",
+            method, " (w2 holds two 4-bit values of N a byte), got N = ", p.inter);
   MOE_CHECK(p.w2.rows == p.hidden && p.w2.cols == p.inter, "w2 must be [E, K, N] = [", e1, ", ",
             p.hidden, ", ", p.inter, "] to match w1 and hidden_states, got [", e2, ", ", p.w2.rows,
             ", ", p.w2.cols, "]");
@@ -171,6 +253,15 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch,
   } else if (p.method == Method::kInt8W8A8) {
     p.w1.channel_scale = check_scale(args.w1_scale, "w1_scale", method, {E, 2 * N});
     p.w2.channel_scale = check_scale(args.w2_scale, "w2_scale", method, {E, K});
+  } else if (p.method == Method::kInt4W4A8) {
+    check_int4_groups(args.w1_scale, args.w1_zero, "w1", E, 2 * N, K, "K", args.block_size, &p.w1);
+    check_int4_groups(args.w2_scale, args.w2_zero, "w2", E, K, N, "N", args.block_size, &p.w2);
+  } else if (p.method == Method::kMxfp4) {
+    MOE_CHECK(!args.block_size.has_value() || *args.block_size == at::IntArrayRef({1, 32}),
+              "block_size must be None or [1, 32] for MXFP4 (blocks of 32 along the reduction dimension), got ",
+              *args.block_size);
+    check_mx_scale(args.w1_scale, "w1", E, 2 * N, K, "K", &p.w1);
+    check_mx_scale(args.w2_scale, "w2", E, K, N, "N", &p.w2);
   } else {
     MOE_CHECK(args.block_size.has_value() && args.block_size->size() == 2,
               "block_size = [bn, bk] is required for FP8_W8A16");
@@ -202,7 +293,7 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch,
               max_id);
   }
 
-  if (p.method == Method::kInt8W8A8) {
+  if (p.method == Method::kInt8W8A8 || p.method == Method::kInt4W4A8) {
     p.compute = ComputeType::kInt8;
   } else if (p.act_dtype == at::kBFloat16) {
     p.compute = ComputeType::kBF16;

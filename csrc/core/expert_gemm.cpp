@@ -18,10 +18,13 @@ const uint8_t* WeightOperand::expert_rows(int64_t expert, int64_t* ld, const int
     *row_sums = view.row_sums;
     return view.values;
   }
-  *ld = cols;
+  *ld = is_four_bit(dtype) ? cols / 2 : cols;
   *row_sums = nullptr;
-  return static_cast<const uint8_t*>(tensor->const_data_ptr()) +
-         expert * rows * cols * c10::elementSize(dtype);
+  return static_cast<const uint8_t*>(tensor->const_data_ptr()) + expert * rows * row_bytes();
+}
+
+int64_t WeightOperand::row_bytes() const {
+  return is_four_bit(dtype) ? cols / 2 : cols * static_cast<int64_t>(c10::elementSize(dtype));
 }
 
 WeightTile ExpertGemm::tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, int64_t a_ld, Scratch& scratch,
@@ -34,6 +37,13 @@ WeightTile ExpertGemm::tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, i
                row_sums ? row_sums + r0 : nullptr,
                w_.channel_scale ? w_.channel_scale + expert * w_.rows + r0 : nullptr};
   t.tiles = w_.tiles;
+  if (w_.dtype == at::kQUInt4x2) {  // read as it is: groups end at the logical width
+    t.k = w_.cols;
+    t.w4a8 = true;
+    const int64_t first = (expert * w_.rows + r0) * w_.scale_cols;
+    t.groups = {w_.group_scale + first, w_.group_zero ? w_.group_zero + first : nullptr, w_.scale_cols, w_.group};
+    return t;
+  }
   // fp8 in the line layout goes to gemm_bf16_fp8_tiles whatever m: it has no rows to widen.
   if (w_.dtype == at::kFloat8_e4m3fn && p_.compute == ComputeType::kBF16 &&
       (w_.tiles || kernels_.gemm_bf16_fp8_takes(m))) {
@@ -47,12 +57,13 @@ WeightTile ExpertGemm::tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, i
     if (p_.compute == ComputeType::kBF16) {
       if (!scratch.weights_bf16) scratch.weights_bf16 = aligned_buffer<uint16_t>(kMaxTileRows, a_ld, kWidenedRows);
       uint16_t* out = scratch.weights_bf16.get() + slot * a_ld;
-      widen_rows(base, ld, expert, r0, r1, a_ld, out, kernels_.fp8_to_bf16, to_bf16_bits);
+      widen_rows(base, ld, expert, r0, r1, a_ld, out, kernels_.fp8_to_bf16, kernels_.mxfp4_to_bf16, to_bf16_bits);
       t.values = reinterpret_cast<const uint8_t*>(out);
     } else {
       if (!scratch.weights_f32) scratch.weights_f32 = aligned_buffer<float>(kMaxTileRows, a_ld, kWidenedRows);
       float* out = scratch.weights_f32.get() + slot * a_ld;
-      widen_rows(base, ld, expert, r0, r1, a_ld, out, kernels_.fp8_to_f32, [](float v) { return v; });
+      widen_rows(base, ld, expert, r0, r1, a_ld, out, kernels_.fp8_to_f32, kernels_.mxfp4_to_f32,
+                 [](float v) { return v; });
       t.values = reinterpret_cast<const uint8_t*>(out);
     }
     t.ld = t.k = a_ld;
@@ -67,6 +78,11 @@ void ExpertGemm::run(const Activations& a, int64_t row, int64_t m, const WeightT
   }
   switch (p_.compute) {
     case ComputeType::kInt8:
+      if (w.w4a8) {
+        kernels_.gemm_w4a8(m, w.rows, w.k, a.s8.get() + row * a.ld, a.ld, a.scale.get() + row, w.values, w.ld,
+                           w.groups, c, w.rows);
+        break;
+      }
       (w.tiles ? kernels_.gemm_s8_tiles : kernels_.gemm_s8)(
           m, w.rows, w.k, a.s8.get() + row * a.ld, a.ld, a.scale.get() + row,
           reinterpret_cast<const int8_t*>(w.values), w.ld, w.channel_scale, w.row_sums, c, w.rows);
@@ -96,18 +112,22 @@ Scratch ExpertGemm::scratch() const {
   return s;
 }
 
-bool ExpertGemm::dequantizes() const { return w_.dtype == at::kHalf || w_.dtype == at::kFloat8_e4m3fn; }
+bool ExpertGemm::dequantizes() const {
+  return w_.dtype == at::kHalf || w_.dtype == at::kFloat8_e4m3fn || w_.dtype == at::kFloat4_e2m1fn_x2;
+}
 
-// fp16 rows (converted here) or fp8 rows (times their block scales, by the
-// kernel set) into a zero-padded tile.
-template <typename T, typename Fp8Row, typename Convert>
+// fp16 rows (converted here), fp8 rows (times their block scales, by the
+// kernel set) or MXFP4 rows (likewise) into a zero-padded tile.
+template <typename T, typename Fp8Row, typename Mxfp4Row, typename Convert>
 void ExpertGemm::widen_rows(const uint8_t* base, int64_t ld, int64_t expert, int64_t r0, int64_t r1, int64_t ld_out,
-                            T* out, Fp8Row fp8_row, Convert convert) const {
+                            T* out, Fp8Row fp8_row, Mxfp4Row mxfp4_row, Convert convert) const {
   const int64_t cols = w_.cols;
   std::vector<uint8_t> tiled_row(w_.tiles ? cols : 0);
   for (int64_t r = r0; r < r1; ++r) {
     T* dst = out + (r - r0) * ld_out;
-    if (w_.dtype == at::kHalf) {
+    if (w_.dtype == at::kFloat4_e2m1fn_x2) {
+      mxfp4_row(cols, base + r * ld, w_.mx_scale + (expert * w_.rows + r) * w_.scale_cols, dst);
+    } else if (w_.dtype == at::kHalf) {
       const auto* src = reinterpret_cast<const c10::Half*>(base) + r * ld;
       for (int64_t c = 0; c < cols; ++c) dst[c] = convert(static_cast<float>(src[c]));
     } else {

@@ -40,6 +40,8 @@ struct WeightTile {
   bool fp8 = false;            // raw fp8 values for gemm_bf16_fp8, with these scales
   Fp8Scales fp8_scales{};
   bool tiles = false;          // bf16 or int8 values in the tile layout, fp8 in the line layout
+  bool w4a8 = false;           // INT4 values for gemm_w4a8, with these groups
+  Int4Groups groups{};
 };
 
 // Multiplies activation rows by tiles of expert weights: c[i * tile.rows + j], fp32.
@@ -48,9 +50,9 @@ class ExpertGemm {
   ExpertGemm(const KernelSet& kernels, const MoeProblem& p, const WeightOperand& w)
       : kernels_(kernels), p_(p), w_(w) {}
 
-  // Rows [r0, r1) of expert e, for its m activation rows. fp16 and fp8 weights
-  // are widened into scratch rows [slot, slot + r1 - r0) once, for every token
-  // chunk that uses them; a_ld is the activations' padded width.
+  // Rows [r0, r1) of expert e, for its m activation rows. fp16, fp8 and MXFP4
+  // weights are widened into scratch rows [slot, slot + r1 - r0) once, for
+  // every token chunk that uses them; a_ld is the activations' padded width.
   WeightTile tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, int64_t a_ld, Scratch& scratch,
                   int64_t slot) const;
 
@@ -64,12 +66,12 @@ class ExpertGemm {
   Scratch scratch() const;
 
  private:
-  // fp16 and fp8 weights are widened tile by tile into scratch before the GEMM.
+  // fp16, fp8 and MXFP4 weights are widened tile by tile into scratch before the GEMM.
   bool dequantizes() const;
 
-  template <typename T, typename Fp8Row, typename Convert>
+  template <typename T, typename Fp8Row, typename Mxfp4Row, typename Convert>
   void widen_rows(const uint8_t* base, int64_t ld, int64_t expert, int64_t r0, int64_t r1, int64_t ld_out,
-                  T* out, Fp8Row fp8_row, Convert convert) const;
+                  T* out, Fp8Row fp8_row, Mxfp4Row mxfp4_row, Convert convert) const;
 
   const KernelSet& kernels_;
   const MoeProblem& p_;

@@ -32,6 +32,9 @@ enum class Kind : int {
   kGemmBF16Fp8Tiles,
   kFp8ToBF16,
   kFp8ToF32,
+  kGemmW4A8,
+  kMxfp4ToBF16,
+  kMxfp4ToF32,
   kSiluAndMul,
   kSwiglu,
   kQuantizeRowS8,
@@ -44,7 +47,8 @@ inline constexpr int kKinds = static_cast<int>(Kind::kPackTiles) + 1;
 // The names the Python API reports, in Kind order.
 inline constexpr const char* kKindNames[kKinds] = {
     "gemm_f32", "gemm_bf16", "gemm_s8", "gemm_bf16_fp8", "gemm_bf16_tiles", "gemm_s8_tiles",
-    "gemm_bf16_fp8_tiles", "fp8_to_bf16", "fp8_to_f32", "silu_and_mul", "swiglu",
+    "gemm_bf16_fp8_tiles", "fp8_to_bf16", "fp8_to_f32", "gemm_w4a8", "mxfp4_to_bf16",
+    "mxfp4_to_f32", "silu_and_mul", "swiglu",
     "quantize_row_s8", "add_weighted", "pack_rows", "pack_tiles"};
 
 // Every architecture's levels (isa() names), and "core": the driver's own

@@ -64,6 +64,30 @@ using GemmBF16Fp8Fn = void (*)(int64_t m, int64_t n, int64_t k, const uint16_t* 
 using TakesRowsFn = bool (*)(int64_t m);
 bool takes_no_rows(int64_t m);
 
+// 4-bit weights (the spec's "4-bit weights"): rows of nibbles, two values a
+// byte in the order core/packed_layout.h describes. INT4_W4A8's per-group scales and zero points of row j (row0 + j of the
+// weight): value p = (q - zero[g]) * scale[g], g = p / group.
+struct Int4Groups {
+  const float* scale;   // [rows, ld]
+  const uint8_t* zero;  // [rows, ld]; null: zero point 8
+  int64_t ld;           // groups per row
+  int64_t group;        // a multiple of 32
+};
+
+// c = sum over groups g of a_scale[i] * scale[g] * (int32 dot of q_w and a
+// over the group - zero[g] * sum of a over the group). b holds n rows of
+// 4-bit values, ldb bytes apart; k is a multiple of 32 and a row of a has
+// k values (no padding is read from b).
+using GemmW4A8Fn = void (*)(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
+                            const float* a_scale, const uint8_t* b, int64_t ldb, const Int4Groups& groups,
+                            float* c, int64_t ldc);
+
+// One row of MXFP4 weights widened for a GEMM: dst[c] = e2m1(nibble c of src)
+// * 2^(scale[c / 32] - 127) for c < cols (cols a multiple of 32), as bf16
+// (exact) or fp32.
+using Mxfp4ToBF16Fn = void (*)(int64_t cols, const uint8_t* src, const uint8_t* scale, uint16_t* dst);
+using Mxfp4ToF32Fn = void (*)(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst);
+
 // The driver's row loops (core/row_kernels.h), compiled by each level.
 using SiluAndMulFn = void (*)(int64_t n, const float* gate, const float* up, const float* gate_bias,
                               const float* up_bias, float* out);
@@ -76,6 +100,12 @@ void fp8_to_bf16_generic(int64_t cols, const uint8_t* src, const float* scale, i
                          uint16_t* dst);
 void fp8_to_f32_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
                         float* dst);
+
+// The portable 4-bit kernels: what a level without its own uses.
+void gemm_w4a8_generic(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+                       const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc);
+void mxfp4_to_bf16_generic(int64_t cols, const uint8_t* src, const uint8_t* scale, uint16_t* dst);
+void mxfp4_to_f32_generic(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst);
 
 // The row loops built for the architecture's baseline.
 void silu_and_mul_generic(int64_t n, const float* gate, const float* up, const float* gate_bias,
@@ -105,6 +135,9 @@ struct KernelSet {
   GemmBF16Fn gemm_bf16_tiles = nullptr;
   GemmS8Fn gemm_s8_tiles = nullptr;
   GemmBF16Fp8Fn gemm_bf16_fp8_tiles = nullptr;
+  GemmW4A8Fn gemm_w4a8 = gemm_w4a8_generic;
+  Mxfp4ToBF16Fn mxfp4_to_bf16 = mxfp4_to_bf16_generic;
+  Mxfp4ToF32Fn mxfp4_to_f32 = mxfp4_to_f32_generic;
   SiluAndMulFn silu_and_mul = silu_and_mul_generic;
   SwigluFn swiglu = swiglu_generic;
   QuantizeRowFn quantize_row_s8 = quantize_row_s8_generic;

@@ -11,11 +11,15 @@ enum class Method : int64_t { kUnquant = 0, kInt8W8A8 = 1, kFp8W8A16 = 2, kInt4W
 
 const char* method_name(int64_t moe_comp_method);
 
-// Fails with a clear error for values outside the spec and for methods this
-// build does not implement yet.
+// Fails with a clear error for values outside the spec.
 Method check_method(int64_t moe_comp_method);
 
 // The weight dtype a method takes; UNQUANT takes the activations' dtype.
 at::ScalarType weight_dtype(Method method, at::ScalarType activation_dtype);
+
+// 4-bit weights arrive as uint8, two values a byte; the driver and packed
+// headers tell them apart by these one-byte dtypes (kUndefined: not 4-bit).
+at::ScalarType four_bit_dtype(Method method);
+bool is_four_bit(at::ScalarType dtype);
 
 }  // namespace moe_xarch

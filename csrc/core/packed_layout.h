@@ -19,6 +19,13 @@
 //     each 16 bytes hold 4 rows, their first pairs of values in the low 8
 //     bytes and their second pairs in the high 8, so the byte interleave that
 //     widens them stays within 128-bit lanes.
+// - 4-bit weights (INT4_W4A8, MXFP4): rows only, alike on every architecture
+//   and level, each row its bytes as the spec lays them out (byte j: value 2j
+//   in the low nibble, 2j + 1 in the high) padded with zero bytes as above.
+//   The header's cols counts bytes and its dtype is the method's 4-bit dtype
+//   (core/methods.h), so a pack for one method is refused by the other.
+//   Kernels read such rows up to the logical width only: a zero nibble is not
+//   a zero value for either method.
 //
 // Included by files compiled with ISA flags: no C++ library headers, and
 // internal linkage, so that no level's copy of a function serves another.

@@ -90,15 +90,18 @@ at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackA
   TORCH_CHECK(weight.dim() == 3, "convert_weight_packed: weight must be 3-D [E, rows, cols], got ",
               weight.dim(), "-D");
   TORCH_CHECK(weight.is_contiguous(), "convert_weight_packed: weight must be contiguous");
-  const at::ScalarType dtype = weight.scalar_type();
+  const at::ScalarType given = weight.scalar_type();
+  // 4-bit weights pack as rows of bytes, the header naming them by their 4-bit dtype.
+  const at::ScalarType dtype = four_bit_dtype(method) != at::ScalarType::Undefined && given == at::kByte
+                                   ? four_bit_dtype(method) : given;
   if (method == Method::kUnquant) {
     TORCH_CHECK(dtype == at::kBFloat16 || dtype == at::kHalf || dtype == at::kFloat,
                 "convert_weight_packed: weight for UNQUANT must be bfloat16, float16 or float32, got ",
                 dtype);
   } else {
     const at::ScalarType expected = weight_dtype(method, at::kFloat);
-    TORCH_CHECK(dtype == expected, "convert_weight_packed: weight for ", method_name(moe_comp_method),
-                " must be ", expected, ", got ", dtype);
+    TORCH_CHECK(given == expected, "convert_weight_packed: weight for ", method_name(moe_comp_method),
+                " must be ", expected, ", got ", given);
   }
   const int64_t experts = weight.size(0), rows = weight.size(1), cols = weight.size(2);
   TORCH_CHECK(rows > 0 && cols > 0, "convert_weight_packed: weight must be [E, rows, cols] (w1 [E, 2N, K] or w2 "
@@ -147,7 +150,7 @@ PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch a
               arch_name(static_cast<uint32_t>(arch)), ") with convert_weight_packed");
   const auto dtype = static_cast<at::ScalarType>(header.dtype);
   TORCH_CHECK(dtype == at::kBFloat16 || dtype == at::kHalf || dtype == at::kFloat ||
-                  dtype == at::kChar || dtype == at::kFloat8_e4m3fn,
+                  dtype == at::kChar || dtype == at::kFloat8_e4m3fn || is_four_bit(dtype),
               "fused_experts_cpu: ", name, " has a corrupt packed header (value type)");
   const auto layout = static_cast<PackLayout>(header.layout);
   TORCH_CHECK(layout == PackLayout::kRows || (layout == PackLayout::kTiles16 && tiles_apply(header.rows, dtype)),

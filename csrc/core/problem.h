@@ -27,11 +27,17 @@ struct WeightOperand {
   const float* channel_scale = nullptr;  // INT8: [E, rows]
   const float* block_scale = nullptr;    // FP8: [E, ceil(rows/bn), ceil(cols/bk)]
   int64_t scale_rows = 0;
-  int64_t scale_cols = 0;
+  int64_t scale_cols = 0;                // FP8 blocks, INT4 groups, MXFP4 blocks of a row
+  const float* group_scale = nullptr;    // INT4: [E, rows, cols / group]
+  const uint8_t* group_zero = nullptr;   // INT4: as group_scale, or null (zero point 8)
+  int64_t group = 0;                     // INT4
+  const uint8_t* mx_scale = nullptr;     // MXFP4: E8M0 [E, rows, cols / 32]
   const float* bias = nullptr;           // [E, rows], fp32
   at::Tensor bias_f32;                   // the converted bias that `bias` points into
 
+  // ld: bytes from one row to the next for 4-bit weights (cols is in values), else values.
   const uint8_t* expert_rows(int64_t expert, int64_t* ld, const int32_t** row_sums) const;
+  int64_t row_bytes() const;
 };
 
 // Everything the driver needs, checked against the spec; owns fp32 copies of

@@ -45,19 +45,22 @@ _PACK_BOTH = {"pack_rows": Expected("core"), "pack_tiles": Expected("core")}
 # fp8 weights widened for the GEMM: rows for a bf16 GEMM, or for fp32 compute.
 _FP8_ROWS = ("fp8_to_bf16", "fp8_to_f32")
 _AMX_FEW_ROWS = "fewer than 4 rows of a"
+# The 4-bit kernels: INT4_W4A8's GEMM and MXFP4 widened into rows (for a bf16 GEMM, or fp32 compute).
+_FOUR_BIT = ("gemm_w4a8", "mxfp4_to_bf16", "mxfp4_to_f32")
 
 EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
     "generic": {
-        **_level("generic", ("gemm_f32", "gemm_bf16", "gemm_s8", *_FP8_ROWS, *ROW_KERNELS)),
+        **_level("generic", ("gemm_f32", "gemm_bf16", "gemm_s8", *_FP8_ROWS, *_FOUR_BIT, *ROW_KERNELS)),
         **_PACK_ROWS,
     },
     "avx2": {
-        **_level("avx2", ("gemm_f32", "gemm_bf16", "gemm_s8", "gemm_bf16_fp8", *_FP8_ROWS, *ROW_KERNELS)),
+        **_level("avx2", ("gemm_f32", "gemm_bf16", "gemm_s8", "gemm_bf16_fp8", *_FP8_ROWS, *_FOUR_BIT,
+                          *ROW_KERNELS)),
         **_PACK_ROWS,
     },
     # No fused fp8 GEMM: fp8 rows are widened (fp8_to_bf16) for gemm_bf16.
     "avx512": {
-        **_level("avx512", ("gemm_f32", "gemm_bf16", "gemm_s8", *_FP8_ROWS, *ROW_KERNELS)),
+        **_level("avx512", ("gemm_f32", "gemm_bf16", "gemm_s8", *_FP8_ROWS, *_FOUR_BIT, *ROW_KERNELS)),
         **_PACK_ROWS,
     },
     # avx512 with its own bf16 and fp8 GEMMs, fp8 to bf16 widening and tile-layout GEMMs.
@@ -65,6 +68,8 @@ EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
         **_level("avx512", ("gemm_f32", "gemm_s8", "fp8_to_f32")),
         **_level("avx512_bf16", ("gemm_bf16", "gemm_bf16_fp8", "fp8_to_bf16", "gemm_bf16_tiles",
                                  "gemm_s8_tiles", "gemm_bf16_fp8_tiles", *ROW_KERNELS)),
+        # The 4-bit kernels are avx512's (MXFP4 widened exactly, then this level's vdpbf16ps GEMM).
+        **_level("avx512", _FOUR_BIT),
         **_PACK_BOTH,
     },
     # avx512_bf16 with tile GEMMs from 4 rows of a; fp8 is never widened into rows for bf16.
@@ -77,25 +82,26 @@ EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
         "gemm_s8_tiles": Expected("amx", {"avx512_bf16": _AMX_FEW_ROWS}),
         "gemm_bf16_fp8_tiles": Expected("amx", {"avx512_bf16": f"{_AMX_FEW_ROWS}, or block_k not a multiple of 32"}),
         **_level("avx512_bf16", ROW_KERNELS),
+        **_level("avx512", _FOUR_BIT),
         **_PACK_BOTH,
     },
-    # aarch64: the row loops and fp8 widening are the generic level's at every level.
+    # aarch64: the row loops, fp8 widening and the 4-bit kernels are the generic level's at every level.
     "neon": {
         **_level("neon", ("gemm_f32", "gemm_bf16", "gemm_s8")),
-        **_level("generic", (*_FP8_ROWS, *ROW_KERNELS)),
+        **_level("generic", (*_FP8_ROWS, *_FOUR_BIT, *ROW_KERNELS)),
         **_PACK_ROWS,
     },
     "dotprod": {
         **_level("neon", ("gemm_f32", "gemm_bf16")),
         "gemm_s8": Expected("dotprod", {"neon": "K below 16"}),
-        **_level("generic", (*_FP8_ROWS, *ROW_KERNELS)),
+        **_level("generic", (*_FP8_ROWS, *_FOUR_BIT, *ROW_KERNELS)),
         **_PACK_ROWS,
     },
     "i8mm": {
         **_level("neon", ("gemm_f32",)),
         "gemm_bf16": Expected("i8mm", {"neon": "K below 8"}),
         "gemm_s8": Expected("i8mm", {"dotprod": "one row of a (decode)", "neon": "K below 16"}),
-        **_level("generic", (*_FP8_ROWS, *ROW_KERNELS)),
+        **_level("generic", (*_FP8_ROWS, *_FOUR_BIT, *ROW_KERNELS)),
         **_PACK_ROWS,
     },
 }

@@ -17,7 +17,10 @@ from moe_xarch import MoeCompMethod, reference
 from moe_xarch.testing import assert_matches_reference, make_moe_problem, schema_args
 
 UNQUANT, INT8, FP8 = MoeCompMethod.UNQUANT, MoeCompMethod.INT8_W8A8, MoeCompMethod.FP8_W8A16
+INT4, MXFP4 = MoeCompMethod.INT4_W4A8, MoeCompMethod.MXFP4
 M, K, N, E, TOPK = 3, 32, 16, 4, 2
+# The 4-bit methods' problems: K and N multiples of 32, INT4 groups of 32 with zero points.
+K4, N4 = 64, 32
 Mutation = Callable[[dict[str, Any]], dict[str, Any]]
 
 
@@ -122,9 +125,6 @@ BAD_INPUTS = [
     # method, activation
     _bad("moe_comp_method-7", "moe_comp_method", lambda a: {"moe_comp_method": 7}),
     _bad("moe_comp_method-negative", "moe_comp_method", lambda a: {"moe_comp_method": -1}),
-    # methods of the spec this build does not implement yet: refused, never run as another
-    _bad("moe_comp_method-3-not-implemented", "moe_comp_method", lambda a: {"moe_comp_method": 3}),
-    _bad("moe_comp_method-4-not-implemented", "moe_comp_method", lambda a: {"moe_comp_method": 4}),
     _bad("limit-without-alpha", "limit", lambda a: {"limit": 1.0}),
     # packed weights
     _bad("is_vnni-unpacked-weights", "w1|is_vnni", lambda a: {"is_vnni": True}),
@@ -171,6 +171,35 @@ BAD_INPUTS = [
     _bad("fp8-block_size-overflows-the-block-count", "w1_scale", lambda a: {
         "block_size": [2**63 - 1, 2**63 - 1], "w1_scale": torch.ones(E, 0, 0), "w2_scale": torch.ones(E, 0, 0),
     }, FP8),
+    # 4-bit weights (the spec's "4-bit weights"): odd or unblocked dims, groups, scales and zeros
+    _bad("int4-K-odd", "hidden_states", lambda a: {"hidden_states": a["hidden_states"][:, 1:].contiguous()}, INT4),
+    _bad("int4-N-odd", "w1", lambda a: {"w1": a["w1"][:, 2:].contiguous(), "w1_scale": a["w1_scale"][:, 2:].contiguous(),
+                                        "w1_zero": a["w1_zero"][:, 2:].contiguous()}, INT4),
+    _bad("int4-w1-int8", "w1", lambda a: {"w1": a["w1"].view(torch.int8)}, INT4),
+    _bad("int4-w2-unpacked-values", "w2", lambda a: {"w2": torch.zeros(E, K4, N4, dtype=torch.uint8)}, INT4),
+    _bad("int4-w1_scale-missing", "w1_scale", lambda a: {"w1_scale": None}, INT4),
+    _bad("int4-w2_scale-dtype", "w2_scale", lambda a: {"w2_scale": a["w2_scale"].bfloat16()}, INT4),
+    _bad("int4-w1_scale-rank2", "w1_scale", lambda a: {"w1_scale": a["w1_scale"][:, :, 0].contiguous()}, INT4),
+    _bad("int4-w1_scale-rows", "w1_scale", lambda a: {"w1_scale": a["w1_scale"][:, 1:].contiguous()}, INT4),
+    _bad("int4-group-not-dividing-K", "w1_scale", lambda a: {"w1_scale": torch.ones(E, 2 * N4, 3)}, INT4),
+    _bad("int4-group-not-a-multiple-of-32", "w1_scale", lambda a: {"w1_scale": torch.ones(E, 2 * N4, 4),
+                                                                   "w1_zero": None}, INT4),
+    _bad("int4-block_size-not-the-group", "block_size", lambda a: {"block_size": [1, 64]}, INT4),
+    _bad("int4-w1_zero-16", "w1_zero", lambda a: {"w1_zero": a["w1_zero"].index_fill(2, torch.tensor([1]), 16)}, INT4),
+    _bad("int4-w2_zero-dtype", "w2_zero", lambda a: {"w2_zero": a["w2_zero"].int()}, INT4),
+    _bad("int4-w2_zero-shape", "w2_zero", lambda a: {"w2_zero": a["w2_zero"][:, 1:].contiguous()}, INT4),
+    _bad("int4-packed-as-mxfp4", "w1", lambda a: {
+        name: moe_xarch.convert_weight_packed(a[name], MXFP4) for name in ("w1", "w2")} | {"is_vnni": True}, INT4),
+    _bad("mxfp4-K-not-a-multiple-of-32", "w1|hidden_states", lambda a: {
+        "hidden_states": a["hidden_states"][:, :48].contiguous(), "w1": a["w1"][:, :, :24].contiguous(),
+        "w2": a["w2"][:, :48].contiguous(), "w2_scale": a["w2_scale"][:, :48].contiguous(),
+        "w2_bias": None}, MXFP4),
+    _bad("mxfp4-w1_scale-255", "w1_scale", lambda a: {"w1_scale": a["w1_scale"].index_fill(1, torch.tensor([3]), 255)},
+         MXFP4),
+    _bad("mxfp4-w2_scale-float", "w2_scale", lambda a: {"w2_scale": a["w2_scale"].float()}, MXFP4),
+    _bad("mxfp4-w2_scale-shape", "w2_scale", lambda a: {"w2_scale": a["w2_scale"][:, :, :0].contiguous()}, MXFP4),
+    _bad("mxfp4-w1_zero-given", "w1_zero", lambda a: {"w1_zero": torch.zeros_like(a["w1_scale"])}, MXFP4),
+    _bad("mxfp4-block_size", "block_size", lambda a: {"block_size": [1, 16]}, MXFP4),
     # alpha and limit, as float32 numbers
     _bad("alpha-nan", "alpha", lambda a: {"alpha": float("nan")}),
     _bad("alpha-inf", "alpha", lambda a: {"alpha": float("inf")}),
@@ -201,6 +230,10 @@ BAD_INPUTS = [
 ]  # fmt: skip
 
 
+def _dims(method: int) -> tuple[int, int]:
+    return (K4, N4) if method in (INT4, MXFP4) else (K, N)
+
+
 def _call_wrapper(kwargs: dict[str, Any]) -> torch.Tensor:
     return moe_xarch.fused_experts(**kwargs)
 
@@ -215,18 +248,18 @@ def _call_op(kwargs: dict[str, Any]) -> torch.Tensor:
 def test_bad_input_names_the_argument(
     method: int, mutation: Mutation, names: str, call: Callable[..., torch.Tensor]
 ) -> None:
-    problem = make_moe_problem(M, K, N, E, TOPK, torch.bfloat16, method, seed=3)
+    problem = make_moe_problem(M, *_dims(method), E, TOPK, torch.bfloat16, method, seed=3)
     kwargs = problem.kwargs()
     kwargs.update(mutation(kwargs))
     with pytest.raises((RuntimeError, ValueError), match=names):
         call(kwargs)
 
 
-@pytest.mark.parametrize("method", [UNQUANT, INT8, FP8], ids=["unquant", "int8", "fp8"])
+@pytest.mark.parametrize("method", [UNQUANT, INT8, FP8, INT4, MXFP4], ids=["unquant", "int8", "fp8", "int4", "mxfp4"])
 def test_valid_base_problem_runs(method: int) -> None:
     """The problems the bad inputs start from are themselves valid."""
-    problem = make_moe_problem(M, K, N, E, TOPK, torch.bfloat16, method, seed=3)
-    assert moe_xarch.fused_experts(**problem.kwargs()).shape == (M, K)
+    problem = make_moe_problem(M, *_dims(method), E, TOPK, torch.bfloat16, method, seed=3)
+    assert moe_xarch.fused_experts(**problem.kwargs()).shape == (M, _dims(method)[0])
 
 
 @pytest.mark.level_independent

@@ -1,8 +1,9 @@
 """The kernel against the reference oracle, over the spec's whole feature matrix.
 
-The full product of the factors below has 3456 cases: too many for QEMU and for
-one run per ISA level. By default the matrix is a greedy covering array of
-strength 3 (~70 cases): every value of every factor meets every combination of
+The full product of the factors below has 3456 cases, and that of the 4-bit
+methods' factors (shapes of their own) 2592: too many for QEMU and for one run
+per ISA level. By default each matrix is a greedy covering array of strength 3
+(~70 and ~40 cases): every value of every factor meets every combination of
 values of any two other factors at least once, which implies the pairwise
 coverage the suite promises. MOE_XARCH_TEST_STRENGTH=<t> raises the strength,
 MOE_XARCH_TEST_STRENGTH=full runs the full product.
@@ -30,6 +31,9 @@ METHODS = {
     "int8": MoeCompMethod.INT8_W8A8,
     "fp8": MoeCompMethod.FP8_W8A16,
 }
+# The 4-bit methods need K and N to be multiples of 32: their own shapes and covering array.
+FOUR_BIT_METHODS = {"int4": MoeCompMethod.INT4_W4A8, "mxfp4": MoeCompMethod.MXFP4}
+ALL_METHODS = {**METHODS, **FOUR_BIT_METHODS}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # (K, N, E, topk). FP8 uses [16, 32] blocks throughout.
 SHAPES = {
@@ -37,6 +41,12 @@ SHAPES = {
     "K75N37E8top3": (75, 37, 8, 3),  # K and N odd: a tail at every vector width; partial FP8 blocks
     "K12N3E2top2": (12, 3, 2, 2),  # less than one vector or block (N: of every width); topk == E
     "K1160N47E6top1": (1160, 47, 6, 1),  # one expert per token; K longer than the x86 tiles' K blocks
+}
+# (K, N, E, topk, the largest INT4 group size dividing K and N).
+FOUR_BIT_SHAPES = {
+    "K128N64E4top2": (128, 64, 4, 2, 64),  # one 128-value vector step of K; two groups of 32
+    "K192N96E8top3": (192, 96, 8, 3, 96),  # a K tail of 64 values; groups of 96 straddle vector steps
+    "K1152N128E6top1": (1152, 128, 6, 1, 128),  # K over many steps; one expert per token
 }
 FACTORS = {
     "method": list(METHODS),
@@ -47,6 +57,15 @@ FACTORS = {
     "weights": ["unpacked", "packed"],
     "M": [1, 3, 16, 67],
     "shape": list(SHAPES),
+}
+# INT4_W4A8's groups: 32 with zero points, or the shape's largest and none (zero point 8);
+# MXFP4 ignores them (its blocks are always 32).
+FOUR_BIT_FACTORS = {
+    **FACTORS,
+    "method": list(FOUR_BIT_METHODS),
+    "M": [1, 3, 67],
+    "shape": list(FOUR_BIT_SHAPES),
+    "groups": ["g32", "gmax-nozero"],
 }
 
 
@@ -70,7 +89,21 @@ def _params(cases: list[dict]) -> list:
     return params
 
 
-CASES = _params(covering_array(FACTORS, _strength()))
+CASES = _params(covering_array(FACTORS, _strength()) + covering_array(FOUR_BIT_FACTORS, _strength()))
+
+
+def _problem(case: dict, seed: int):
+    """The case's problem, from either covering array."""
+    method, dtype = ALL_METHODS[case["method"]], DTYPES[case["dtype"]]
+    if case["shape"] in SHAPES:
+        K, N, E, topk = SHAPES[case["shape"]]
+        four_bit = {}
+    else:
+        K, N, E, topk, widest = FOUR_BIT_SHAPES[case["shape"]]
+        g32 = case["groups"] == "g32"
+        four_bit = {"group_size": 32 if g32 else widest, "zero_points": g32}
+    return make_moe_problem(case["M"], K, N, E, topk, dtype, method, bias=case["bias"] == "bias",
+                            activation=case["activation"], seed=seed, **four_bit)
 
 
 def _seed(request: pytest.FixtureRequest) -> int:
@@ -80,12 +113,8 @@ def _seed(request: pytest.FixtureRequest) -> int:
 
 @pytest.mark.parametrize("case", CASES)
 def test_matches_reference(case: dict, request: pytest.FixtureRequest) -> None:
-    K, N, E, topk = SHAPES[case["shape"]]
-    method, dtype = METHODS[case["method"]], DTYPES[case["dtype"]]
-    problem = make_moe_problem(
-        case["M"], K, N, E, topk, dtype, method,
-        bias=case["bias"] == "bias", activation=case["activation"], seed=_seed(request),
-    )
+    method, dtype = ALL_METHODS[case["method"]], DTYPES[case["dtype"]]
+    problem = _problem(case, _seed(request))
     expected = problem.run(reference.fused_experts)
 
     inplace = case["inplace"] == "inplace"
@@ -99,7 +128,14 @@ def test_matches_reference(case: dict, request: pytest.FixtureRequest) -> None:
 
 
 BOTH_LAYOUTS = pytest.mark.parametrize("packed", [False, True], ids=["unpacked", "packed"])
-EVERY_METHOD = pytest.mark.parametrize("method", METHODS.values(), ids=METHODS.keys())
+EVERY_METHOD = pytest.mark.parametrize("method", ALL_METHODS.values(), ids=ALL_METHODS.keys())
+
+
+def _fit(method: int, *dims: int) -> tuple[int, ...]:
+    """The dims as they are, or for a 4-bit method rounded up to multiples of 32."""
+    if method not in FOUR_BIT_METHODS.values():
+        return dims
+    return tuple(-(-d // 32) * 32 for d in dims)
 
 
 @pytest.mark.canary
@@ -121,7 +157,7 @@ def test_row_with_only_negative_ids_is_zero(method: int, packed: bool) -> None:
 @EVERY_METHOD
 @BOTH_LAYOUTS
 def test_inplace_equals_out_of_place(method: int, packed: bool) -> None:
-    problem = make_moe_problem(16, 72, 40, 8, 3, torch.bfloat16, method, activation="swiglu", seed=8)
+    problem = make_moe_problem(16, *_fit(method, 72, 40), 8, 3, torch.bfloat16, method, activation="swiglu", seed=8)
     out_of_place = moe_xarch.fused_experts(**problem.kwargs(packed=packed))
     kwargs = problem.kwargs(packed=packed, inplace=True)
     result = moe_xarch.fused_experts(**kwargs)
@@ -191,7 +227,7 @@ def test_decode_long_rows(method: int, packed: bool, tokens: int) -> None:
 def test_prefill_rows(method: int, packed: bool) -> None:
     """Enough rows per expert for tile-matrix paths, with partial row and column
     blocks (37 tokens over 2 experts, N = 40)."""
-    problem = make_moe_problem(37, 256, 40, 2, 2, torch.bfloat16, method, seed=13)
+    problem = make_moe_problem(37, *_fit(method, 256, 40), 2, 2, torch.bfloat16, method, seed=13)
     expected = problem.run(reference.fused_experts)
     actual = moe_xarch.fused_experts(**problem.kwargs(packed=packed))
     assert_matches_reference(actual, expected, method, torch.bfloat16)
@@ -205,11 +241,14 @@ def test_activation_saturates(method: int, activation: str, tokens: int) -> None
     biases of +-200), through every row loop a level builds: saturated, never
     inf or NaN. w2 is scaled down as much, so the output stays O(1) and the
     usual tolerance applies."""
-    problem = make_moe_problem(tokens, 128, 40, 2, 2, torch.float32, method, bias=True, activation=activation,
-                               seed=14)
+    problem = make_moe_problem(tokens, *_fit(method, 128, 40), 2, 2, torch.float32, method, bias=True,
+                               activation=activation, seed=14)
     signs = torch.randint(0, 2, problem.arguments["w1_bias"].shape, generator=torch.Generator().manual_seed(14))
     w2_factor = "w2" if method == MoeCompMethod.UNQUANT else "w2_scale"
-    overrides = {"w1_bias": 200.0 * (2 * signs - 1).float(), w2_factor: problem.arguments[w2_factor] / 200}
+    w2 = problem.arguments[w2_factor]
+    # MXFP4's scales are exponents: 2^-8 instead.
+    w2 = w2 - 8 if method == MoeCompMethod.MXFP4 else w2 / 200
+    overrides = {"w1_bias": 200.0 * (2 * signs - 1).float(), w2_factor: w2}
     expected = problem.run(reference.fused_experts, **overrides)
     actual = moe_xarch.fused_experts(**problem.kwargs(**overrides))
     assert_matches_reference(actual, expected, method, torch.float32)
@@ -221,7 +260,7 @@ def test_parallel_matches_reference(method: int, threads: int) -> None:
     """With ATen threads on (the suite otherwise runs single-threaded), work split
     across threads gives the same answer, to the bit: every output value is
     computed by one work item, and slots are summed in a fixed order."""
-    problem = make_moe_problem(67, 72, 40, 8, 3, torch.bfloat16, method, bias=True, seed=11)
+    problem = make_moe_problem(67, *_fit(method, 72, 40), 8, 3, torch.bfloat16, method, bias=True, seed=11)
     expected = problem.run(reference.fused_experts)
     serial = moe_xarch.fused_experts(**problem.kwargs())
     previous = torch.get_num_threads()
@@ -234,7 +273,7 @@ def test_parallel_matches_reference(method: int, threads: int) -> None:
     assert torch.equal(parallel, serial)
 
 
-@EVERY_METHOD
+@pytest.mark.parametrize("method", METHODS.values(), ids=METHODS.keys())  # 4-bit weights pack as rows
 @pytest.mark.parametrize("tokens", [1, 3, 37])
 def test_packed_tile_layout(method: int, tokens: int) -> None:
     """Row counts that are multiples of 32, which the avx512_bf16 and amx levels
@@ -271,7 +310,8 @@ else:
 
 
 @pytest.mark.forces_levels
-@EVERY_METHOD
+# Both 4-bit methods pack alike (packed_layout.h); one of them spares a process per level under QEMU.
+@pytest.mark.parametrize("method", [*METHODS.values(), ALL_METHODS["int4"]], ids=[*METHODS, "int4"])
 def test_weights_packed_under_one_level_run_or_are_refused_under_another(method: int, tmp_path) -> None:
     """Weights packed under the best level give the reference's answer under every
     level, or are refused by name - never misread. The avx512_bf16 and amx levels
@@ -290,9 +330,10 @@ def test_weights_packed_under_one_level_run_or_are_refused_under_another(method:
     levels = moe_xarch.supported_isas()
     run(_PACK_UNDER_BEST_LEVEL, levels[-1])
     tile_levels = ("avx512_bf16", "amx")
+    in_tiles = method in METHODS.values()  # 4-bit weights pack as rows everywhere (packing.h)
     for level in levels:
         outcome = run(_USE_UNDER_LEVEL, level)
-        if levels[-1] in tile_levels and level not in tile_levels:
+        if in_tiles and levels[-1] in tile_levels and level not in tile_levels:
             layout = "line" if method == MoeCompMethod.FP8_W8A16 else "tile"
             assert f"was packed in the {layout} layout of the avx512_bf16 and amx levels" in outcome, (level, outcome)
         else:

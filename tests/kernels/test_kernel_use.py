@@ -30,7 +30,13 @@ CASES = {
     "int8-bf16": (MoeCompMethod.INT8_W8A8, torch.bfloat16, True, "gemm_s8_tiles"),
     "fp8-bf16": (MoeCompMethod.FP8_W8A16, torch.bfloat16, True, "gemm_bf16_fp8_tiles"),
     "fp8-fp32": (MoeCompMethod.FP8_W8A16, torch.float32, True, None),  # fp32 GEMM on widened rows
+    "int4-bf16": (MoeCompMethod.INT4_W4A8, torch.bfloat16, False, None),
+    "mxfp4-bf16": (MoeCompMethod.MXFP4, torch.bfloat16, False, None),  # bf16 GEMM on widened rows
+    "mxfp4-fp32": (MoeCompMethod.MXFP4, torch.float32, False, None),
 }
+# The 4-bit kernel each 4-bit case must run, by activation dtype.
+FOUR_BIT_KIND = {MoeCompMethod.INT4_W4A8: {torch.bfloat16: "gemm_w4a8"},
+                 MoeCompMethod.MXFP4: {torch.bfloat16: "mxfp4_to_bf16", torch.float32: "mxfp4_to_f32"}}
 ACTIVATION_KIND = {"silu": "silu_and_mul", "swiglu": "swiglu"}
 # 16 tokens on 2 experts, one each: at least 8 rows of a for one of them, enough
 # for every level's own kernels (amx's tiles take 4). K and 2N are multiples of 64
@@ -92,8 +98,10 @@ def test_the_level_runs_its_own_kernels(case: str, packed: bool, activation: str
         assert packing == {}
 
     required = {ACTIVATION_KIND[activation], "add_weighted"}
-    if method == MoeCompMethod.INT8_W8A8:
+    if method in (MoeCompMethod.INT8_W8A8, MoeCompMethod.INT4_W4A8):
         required.add("quantize_row_s8")
+    if method in FOUR_BIT_KIND:
+        required.add(FOUR_BIT_KIND[method][dtype])
     if packed and tile_gemm in expected:
         required.add(tile_gemm)
     prefill = measured(lambda: problem.run(moe_xarch.fused_experts, packed=packed))

@@ -9,6 +9,7 @@
 
 #include "arch/x86/kernels_x86.h"
 #include "arch/x86/loop_nest.h"
+#include "arch/x86/w4a8_operands.h"
 #include "arch/x86/e4m3_fp16.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
@@ -371,8 +372,133 @@ void fp8_to_f32(int64_t cols, const uint8_t* src, const float* scale, int64_t bl
 constexpr int64_t kFp8RegisterRows = 4;
 bool gemm_bf16_fp8_takes(int64_t m) { return m <= kFp8RegisterRows; }
 
-constexpr KernelSet kKernels = row_kernels::compiled_here(
-    {gemm_f32, gemm_bf16, gemm_s8, fp8_to_bf16, fp8_to_f32, gemm_bf16_fp8, gemm_bf16_fp8_takes});
+// INT4_W4A8 as gemm_int4_avx512.cpp does it, 64 values of K a step (a 32-byte
+// load of b): vpmaddubsw multiplies nibbles (unsigned) by a (signed) into
+// int16 pairs, at most 4 * 15 * 127 once the halves are added, then vpmaddwd
+// sums them into int32 lanes, each 128-bit lane one 32-value chunk.
+struct W4A8Tiles {
+  static constexpr int kMR = 2;
+  static constexpr int kNR = 4;
+  static constexpr int kNR1 = 4;
+  using T = uint8_t;
+  static constexpr int64_t kKBlock = 0;
+  static constexpr int64_t kStep = 64;
+
+  const x86::W4A8Operands<kStep>& ops;
+  const float* a_scale;
+  const uint8_t* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+
+  int64_t row_bytes() const { return ldb; }
+
+  template <int MR, int NR>
+  MOE_X86_INLINE void tile(int64_t i, const x86::TileCols& cols, int64_t /*p0*/, int64_t k, bool /*first*/) {
+    const x86::W4A8Columns<NR> col(ops, b, ldb, cols);
+    const int64_t ahead = cols.ahead * ldb;
+    const __m256i chunk_of_lane = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    __m256 acc[MR][NR];
+    for (int r = 0; r < MR; ++r) {
+      for (int q = 0; q < NR; ++q) acc[r][q] = _mm256_setzero_ps();
+    }
+    for (int64_t p = 0; p < k; p += kStep) {
+      __m256i even[MR], odd[MR];
+      for (int r = 0; r < MR; ++r) {
+        even[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ops.a + (i + r) * ops.lda + p));
+        odd[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ops.a + (i + r) * ops.lda + p + 32));
+      }
+      for (int q = 0; q < NR; ++q) {
+        if constexpr (MR == 1) __builtin_prefetch(col.b[q] + ahead + p / 2, 0, 3);
+        // A K tail of 32 values reads its 16 bytes only.
+        const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(col.b[q] + p / 2));
+        const __m256i packed = k - p >= kStep
+                                   ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col.b[q] + p / 2))
+                                   : _mm256_inserti128_si256(_mm256_setzero_si256(), first, 0);
+        const __m256i lo = _mm256_and_si256(packed, low4);
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+        const __m128 two = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(col.scale[q] + p / 32)));
+        const __m256 scale = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), chunk_of_lane);
+        for (int r = 0; r < MR; ++r) {
+          const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, even[r]), _mm256_maddubs_epi16(hi, odd[r]));
+          acc[r][q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)), scale, acc[r][q]);
+        }
+      }
+    }
+    for (int r = 0; r < MR; ++r) {
+      const float* sums = ops.a_sums + (i + r) * ops.chunks;
+      __m256 out[NR];
+      for (int q = 0; q < NR; ++q) {
+        __m256 zero_part = _mm256_setzero_ps();
+        for (int64_t t = 0; t < ops.chunks; t += 8) {
+          zero_part = _mm256_fmadd_ps(_mm256_loadu_ps(col.zero_scale[q] + t), _mm256_loadu_ps(sums + t), zero_part);
+        }
+        out[q] = _mm256_mul_ps(_mm256_sub_ps(acc[r][q], zero_part), _mm256_set1_ps(a_scale[i + r]));
+      }
+      x86::store_cols<NR>(c + (i + r) * ldc + cols.j, cols, false,
+                          [&](float* dst, bool) { store_sums<NR>(out, dst, cols.nb, false); });
+    }
+  }
+};
+
+void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+               const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmW4A8);
+  const x86::W4A8Operands<W4A8Tiles::kStep> ops(m, n, k, a, lda, groups);
+  W4A8Tiles t{ops, a_scale, b, ldb, c, ldc};
+  x86::gemm_tiled(t, m, n, k);
+}
+
+// MXFP4 as gemm_int4_avx512.cpp widens it, 8 values a store.
+template <class T, class Store>
+MOE_X86_INLINE void mxfp4_row(int64_t cols, const uint8_t* src, const uint8_t* scale, T* dst, Store store) {
+  const __m128i table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  for (int64_t c = 0; c < cols; c += 32) {
+    const uint8_t s = scale[c / 32];  // times 1/2, for the doubled table: 2^(s - 128)
+    const uint32_t bits = s >= 2 ? static_cast<uint32_t>(s - 1) << 23 : 0x00400000u >> (1 - s);
+    float half;
+    std::memcpy(&half, &bits, sizeof(half));
+    const __m256 factor = _mm256_set1_ps(half);
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c / 2));
+    const __m128i lo = _mm_and_si128(packed, low4), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low4);
+    const __m128i values[2] = {_mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi)),
+                               _mm_shuffle_epi8(table, _mm_unpackhi_epi8(lo, hi))};
+    for (int h = 0; h < 2; ++h) {
+      const __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(values[h])), factor);
+      const __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(values[h], 8))), factor);
+      store(dst + c + 16 * h, v0, v1);
+    }
+  }
+}
+
+void mxfp4_to_bf16(int64_t cols, const uint8_t* src, const uint8_t* scale, uint16_t* dst) {
+  MOE_KERNEL_USE(kMxfp4ToBF16);
+  // Exact in bf16: its bits are the top halves.
+  mxfp4_row(cols, src, scale, dst, [](uint16_t* d, __m256 v0, __m256 v1) {
+    const __m256i halves = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(v0), 16),
+                                               _mm256_srli_epi32(_mm256_castps_si256(v1), 16));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm256_permute4x64_epi64(halves, 0xd8));
+  });
+}
+
+void mxfp4_to_f32(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst) {
+  MOE_KERNEL_USE(kMxfp4ToF32);
+  mxfp4_row(cols, src, scale, dst, [](float* d, __m256 v0, __m256 v1) {
+    _mm256_storeu_ps(d, v0);
+    _mm256_storeu_ps(d + 8, v1);
+  });
+}
+
+constexpr KernelSet kKernels = [] {
+  KernelSet set = row_kernels::compiled_here(
+      {gemm_f32, gemm_bf16, gemm_s8, fp8_to_bf16, fp8_to_f32, gemm_bf16_fp8, gemm_bf16_fp8_takes});
+  set.gemm_w4a8 = gemm_w4a8;
+  set.mxfp4_to_bf16 = mxfp4_to_bf16;
+  set.mxfp4_to_f32 = mxfp4_to_f32;
+  return set;
+}();
 
 }  // namespace
 

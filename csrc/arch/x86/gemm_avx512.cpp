@@ -223,8 +223,8 @@ void fp8_to_bf16(int64_t cols, const uint8_t* src, const float* scale, int64_t b
   });
 }
 
-constexpr KernelSet kKernels = row_kernels::compiled_here(
-    {avx512::gemm_f32, gemm_bf16, avx512::gemm_s8, fp8_to_bf16, avx512::fp8_to_f32, nullptr});
+constexpr KernelSet kKernels = avx512::with_four_bit(row_kernels::compiled_here(
+    {avx512::gemm_f32, gemm_bf16, avx512::gemm_s8, fp8_to_bf16, avx512::fp8_to_f32, nullptr}));
 
 }  // namespace
 

@@ -478,9 +478,9 @@ void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
 }
 
 constexpr KernelSet kKernels = [] {
-  KernelSet set = row_kernels::compiled_here(
+  KernelSet set = avx512::with_four_bit(row_kernels::compiled_here(
       {avx512::gemm_f32, gemm_bf16, avx512::gemm_s8, fp8_to_bf16, avx512::fp8_to_f32, gemm_bf16_fp8,
-       gemm_bf16_fp8_takes});
+       gemm_bf16_fp8_takes}));
   set.gemm_bf16_tiles = gemm_bf16_tiles;
   set.gemm_s8_tiles = gemm_s8_tiles;
   set.gemm_bf16_fp8_tiles = gemm_bf16_fp8_tiles;
