@@ -224,6 +224,11 @@ def sample_problems() -> Iterator[tuple[str, MoeProblem]]:
     yield "fp8-fp16-swiglu_limit", make_moe_problem(
         4, 64, 32, 4, 3, torch.float16, MoeCompMethod.FP8_W8A16, activation="swiglu_limit", seed=2
     )
+    yield "int4-zeros", make_moe_problem(3, 64, 32, 4, 2, torch.bfloat16, MoeCompMethod.INT4_W4A8)
+    yield "int4-no-zeros-g64", make_moe_problem(
+        3, 128, 64, 4, 2, torch.float16, MoeCompMethod.INT4_W4A8, group_size=64, zero_points=False
+    )
+    yield "mxfp4", make_moe_problem(3, 64, 32, 4, 2, torch.float32, MoeCompMethod.MXFP4, bias=True)
 
 
 # Values of the op's arguments that the wrapper and the reference default.

@@ -74,12 +74,8 @@ def _on_meta(kwargs: dict) -> dict:
     return {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
 
 
-FOUR_BIT_PROBLEMS = {
-    "int4-zeros": make_moe_problem(3, 64, 32, 4, 2, torch.bfloat16, moe_xarch.MoeCompMethod.INT4_W4A8),
-    "int4-no-zeros-g64": make_moe_problem(3, 128, 64, 4, 2, torch.float16, moe_xarch.MoeCompMethod.INT4_W4A8,
-                                          group_size=64, zero_points=False),
-    "mxfp4": make_moe_problem(3, 64, 32, 4, 2, torch.float32, moe_xarch.MoeCompMethod.MXFP4, bias=True),
-}
+FOUR_BIT_PROBLEMS = {name: problem for name, problem in PROBLEMS.items()
+                     if problem.moe_comp_method in (moe_xarch.MoeCompMethod.INT4_W4A8, moe_xarch.MoeCompMethod.MXFP4)}
 
 
 @pytest.mark.parametrize("name", FOUR_BIT_PROBLEMS)
