@@ -376,22 +376,10 @@ bool gemm_bf16_fp8_takes(int64_t m) { return m <= kFp8RegisterRows; }
 // load of b): vpmaddubsw multiplies nibbles (unsigned) by a (signed) into
 // int16 pairs, at most 4 * 15 * 127 once the halves are added, then vpmaddwd
 // sums them into int32 lanes, each 128-bit lane one 32-value chunk.
-struct W4A8Tiles {
+struct W4A8Tiles : x86::W4A8TileArgs<64> {
   static constexpr int kMR = 2;
   static constexpr int kNR = 4;
   static constexpr int kNR1 = 4;
-  using T = uint8_t;
-  static constexpr int64_t kKBlock = 0;
-  static constexpr int64_t kStep = 64;
-
-  const x86::W4A8Operands<kStep>& ops;
-  const float* a_scale;
-  const uint8_t* b;
-  int64_t ldb;
-  float* c;
-  int64_t ldc;
-
-  int64_t row_bytes() const { return ldb; }
 
   template <int MR, int NR>
   MOE_X86_INLINE void tile(int64_t i, const x86::TileCols& cols, int64_t /*p0*/, int64_t k, bool /*first*/) {
@@ -446,7 +434,7 @@ void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, co
                const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmW4A8);
   const x86::W4A8Operands<W4A8Tiles::kStep> ops(m, n, k, a, lda, groups);
-  W4A8Tiles t{ops, a_scale, b, ldb, c, ldc};
+  W4A8Tiles t{{ops, a_scale, b, ldb, c, ldc}};
   x86::gemm_tiled(t, m, n, k);
 }
 

@@ -34,21 +34,10 @@ namespace {
 constexpr int64_t kStepValues = 128;  // of K per step: one 64-byte load of b
 constexpr int64_t kChunk = x86::kW4A8Chunk;
 
-struct W4A8Tiles {
+struct W4A8Tiles : x86::W4A8TileArgs<kStepValues> {
   static constexpr int kMR = 4;
   static constexpr int kNR = 4;
   static constexpr int kNR1 = 8;
-  using T = uint8_t;
-  static constexpr int64_t kKBlock = 0;
-
-  const x86::W4A8Operands<kStepValues>& ops;
-  const float* a_scale;
-  const uint8_t* b;
-  int64_t ldb;
-  float* c;
-  int64_t ldc;
-
-  int64_t row_bytes() const { return ldb; }
 
   template <int MR, int NR>
   MOE_X86_INLINE void tile(int64_t i, const x86::TileCols& cols, int64_t /*p0*/, int64_t k, bool /*first*/) {
@@ -103,7 +92,7 @@ void avx512::gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t
                        const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmW4A8);
   const x86::W4A8Operands<kStepValues> ops(m, n, k, a, lda, groups);
-  W4A8Tiles t{ops, a_scale, b, ldb, c, ldc};
+  W4A8Tiles t{{ops, a_scale, b, ldb, c, ldc}};
   x86::gemm_tiled(t, m, n, k);
 }
 

@@ -60,6 +60,24 @@ struct W4A8Operands {
   }
 };
 
+// What a level's W4A8 tiles read and write, whatever its vector width: the
+// prepared a, its row scales, the packed b and the fp32 output.
+template <int64_t kStepValues>
+struct W4A8TileArgs {
+  static constexpr int64_t kStep = kStepValues;  // values of K per vector step
+  using T = uint8_t;
+  static constexpr int64_t kKBlock = 0;
+
+  const W4A8Operands<kStepValues>& ops;
+  const float* a_scale;
+  const uint8_t* b;
+  int64_t ldb;
+  float* c;
+  int64_t ldc;
+
+  int64_t row_bytes() const { return ldb; }
+};
+
 // A W4A8 tile's NR rows of b and their chunk scales; past the edge the last repeats (as TileRows).
 template <int NR>
 struct W4A8Columns {
