@@ -46,7 +46,8 @@ _PACK_BOTH = {"pack_rows": Expected("core"), "pack_tiles": Expected("core")}
 _FP8_ROWS = ("fp8_to_bf16", "fp8_to_f32")
 _AMX_FEW_ROWS = "fewer than 4 rows of a"
 # The 4-bit kernels: INT4_W4A8's GEMM and MXFP4 widened into rows (for a bf16 GEMM, or fp32 compute).
-_FOUR_BIT = ("gemm_w4a8", "mxfp4_to_bf16", "mxfp4_to_f32")
+_MXFP4_ROWS = ("mxfp4_to_bf16", "mxfp4_to_f32")
+_FOUR_BIT = ("gemm_w4a8", *_MXFP4_ROWS)
 
 EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
     "generic": {
@@ -85,23 +86,26 @@ EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
         **_level("avx512", _FOUR_BIT),
         **_PACK_BOTH,
     },
-    # aarch64: the row loops, fp8 widening and the 4-bit kernels are the generic level's at every level.
+    # aarch64: the row loops and fp8 widening are the generic level's at every level, the MXFP4
+    # widening (a table lookup) neon's.
     "neon": {
-        **_level("neon", ("gemm_f32", "gemm_bf16", "gemm_s8")),
-        **_level("generic", (*_FP8_ROWS, *_FOUR_BIT, *ROW_KERNELS)),
+        **_level("neon", ("gemm_f32", "gemm_bf16", "gemm_s8", *_FOUR_BIT)),
+        **_level("generic", (*_FP8_ROWS, *ROW_KERNELS)),
         **_PACK_ROWS,
     },
     "dotprod": {
-        **_level("neon", ("gemm_f32", "gemm_bf16")),
+        **_level("neon", ("gemm_f32", "gemm_bf16", *_MXFP4_ROWS)),
         "gemm_s8": Expected("dotprod", {"neon": "K below 16"}),
-        **_level("generic", (*_FP8_ROWS, *_FOUR_BIT, *ROW_KERNELS)),
+        "gemm_w4a8": Expected("dotprod"),
+        **_level("generic", (*_FP8_ROWS, *ROW_KERNELS)),
         **_PACK_ROWS,
     },
     "i8mm": {
-        **_level("neon", ("gemm_f32",)),
+        **_level("neon", ("gemm_f32", *_MXFP4_ROWS)),
         "gemm_bf16": Expected("i8mm", {"neon": "K below 8"}),
         "gemm_s8": Expected("i8mm", {"dotprod": "one row of a (decode)", "neon": "K below 16"}),
-        **_level("generic", (*_FP8_ROWS, *_FOUR_BIT, *ROW_KERNELS)),
+        "gemm_w4a8": Expected("i8mm", {"dotprod": "one row of a (decode)"}),
+        **_level("generic", (*_FP8_ROWS, *ROW_KERNELS)),
         **_PACK_ROWS,
     },
 }

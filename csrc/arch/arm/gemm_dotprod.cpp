@@ -1,11 +1,13 @@
-// Armv8.2-A dot product (SDOT): int8 four products per lane per instruction.
-// fp32 and bf16 have nothing new at this level and stay on NEON's kernels.
+// Armv8.2-A dot product (SDOT): int8 and INT4_W4A8 four products per lane per
+// instruction. fp32, bf16 and the MXFP4 widening have nothing new at this
+// level and stay on NEON's kernels.
 #include <arm_neon.h>
 
 #include <cstddef>
 #include <cstdint>
 
 #include "arch/arm/kernels_arm.h"
+#include "arch/arm/w4a8.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 
@@ -14,6 +16,12 @@ namespace {
 
 struct S8DotOps : S8Io {
   static Acc mac(Acc acc, Vec a, Vec b) { return vdotq_s32(acc, a, b); }
+};
+
+struct W4A8Dot {
+  static int32x4_t chunk(int32x4_t acc, int8x16_t even, int8x16_t odd, int8x16_t a_even, int8x16_t a_odd) {
+    return vdotq_s32(vdotq_s32(acc, even, a_even), odd, a_odd);
+  }
 };
 
 }  // namespace
@@ -29,8 +37,19 @@ void gemm_s8_dotprod(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t l
   gemm_dot<S8DotOps, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc, a_scale, b_scale);
 }
 
+void gemm_w4a8_dotprod(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+                       const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmW4A8);
+  gemm_w4a8_tiled<W4A8Dot, 4, 4, 8>(m, n, k, a, lda, a_scale, b, ldb, groups, c, ldc);
+}
+
 const KernelSet& kernels_dotprod() {
-  static const KernelSet kernels{gemm_f32_neon, gemm_bf16_neon, gemm_s8_dotprod};
+  static const KernelSet kernels{.gemm_f32 = gemm_f32_neon,
+                                 .gemm_bf16 = gemm_bf16_neon,
+                                 .gemm_s8 = gemm_s8_dotprod,
+                                 .gemm_w4a8 = gemm_w4a8_dotprod,
+                                 .mxfp4_to_bf16 = mxfp4_to_bf16_neon,
+                                 .mxfp4_to_f32 = mxfp4_to_f32_neon};
   return kernels;
 }
 

@@ -3,12 +3,20 @@
 // work of a dot-product instruction. Two natural-layout rows zipped by 64-bit
 // halves are exactly the operand each instruction wants, so no packing is
 // needed. fp32 has nothing new at this level and stays on NEON's kernel.
+//
+// INT4_W4A8 by SMMLA as well, from two rows of a: a 2x2 block takes four
+// SMMLAs a 32-value chunk where four outputs by SDOT take eight. Two rows of
+// b zipped by 64-bit halves, then split into nibbles, are the four b
+// operands; a is put in the matching order once per call (W4A8Pairs), so each
+// row pair's chunk is one four-register load. Decode (one row of a) is
+// dotprod's kernel, as for int8.
 #include <arm_neon.h>
 
 #include <cstddef>
 #include <cstdint>
 
 #include "arch/arm/kernels_arm.h"
+#include "arch/arm/w4a8.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 
@@ -154,6 +162,108 @@ MOE_ARM_TILE void mmla_tile(int64_t k, const typename Ops::T* a, int64_t lda,
   }
 }
 
+// Rows of a for the W4A8 SMMLA tiles: per pair of rows (the last row of an odd
+// m repeated) and chunk, 64 bytes, the operands of its four SMMLAs: the even
+// values of the chunk's first half of each row, then of its second half, then
+// the odd values likewise (each 8 bytes of one row, then 8 of the other).
+int8_t* w4a8_pairs(int64_t m, int64_t k, const int8_t* a, int64_t lda) {
+  const int64_t chunks = k / kW4A8Chunk;
+  int8_t* pairs = reinterpret_cast<int8_t*>(thread_scratch(ScratchUse::kRowsOfA, (m + 1) / 2 * chunks * 64));
+  for (int64_t i = 0; i < m; i += 2) {
+    const int8_t* r0 = a + i * lda;
+    const int8_t* r1 = a + min_i64(i + 1, m - 1) * lda;
+    int8_t* dst = pairs + i / 2 * chunks * 64;
+    for (int64_t t = 0; t < chunks; ++t) {
+      const int8x16x2_t x = vld2q_s8(r0 + t * kW4A8Chunk), y = vld2q_s8(r1 + t * kW4A8Chunk);
+      for (int h = 0; h < 2; ++h) {
+        const uint8x16_t u = vreinterpretq_u8_s8(x.val[h]), v = vreinterpretq_u8_s8(y.val[h]);
+        vst1q_u8(reinterpret_cast<uint8_t*>(dst + t * 64 + 32 * h), zip_lo(u, v));
+        vst1q_u8(reinterpret_cast<uint8_t*>(dst + t * 64 + 32 * h + 16), zip_hi(u, v));
+      }
+    }
+  }
+  return pairs;
+}
+
+// 64-bit half h of x in both halves.
+template <int h>
+int32x4_t both_halves(int32x4_t x) {
+  return vreinterpretq_s32_s64(vdupq_laneq_s64(vreinterpretq_s64_s32(x), h));
+}
+
+// W4A8's R x C outputs at (i, j) (w4a8.h's w4a8_tile) as R/2 x C/2 blocks of
+// 2x2, [a0.b0, a0.b1, a1.b0, a1.b1] as in mmla_tile; i is even and rows past
+// mv are pairs' repeated rows.
+template <int R, int C>
+MOE_ARM_TILE void w4a8_mmla_tile(const W4A8Call& w, const int8_t* pairs, int64_t i, int64_t j, int64_t mv,
+                                 int64_t nv) {
+  static_assert(R % 2 == 0 && C % 4 == 0, "2x2 blocks, columns in fours (their scales)");
+  constexpr int RP = R / 2;
+  constexpr int CP = C / 2;
+  const int64_t groups = w.ops.groups, chunks = w.k / kW4A8Chunk;
+  const int8_t* pa[RP];
+  const uint8_t* pb[C];
+  MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) pa[r] = pairs + (i / 2 + r) * chunks * 64;
+  MOE_ARM_UNROLL for (int q = 0; q < C; ++q) pb[q] = w.b + (j + min_i64(q, nv - 1)) * w.ldb;
+  const float* scale = w.ops.scales + j / 4 * groups * 4;
+  const int32_t* zero = w.ops.zeros + j / 4 * groups * 4;
+  const uint8x16_t low4 = vdupq_n_u8(15);
+
+  float32x4_t acc[RP][CP];
+  MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
+    MOE_ARM_UNROLL for (int q = 0; q < CP; ++q) acc[r][q] = vdupq_n_f32(0.f);
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    int32x4_t dot[RP][CP];
+    MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
+      MOE_ARM_UNROLL for (int q = 0; q < CP; ++q) dot[r][q] = vdupq_n_s32(0);
+    }
+    for (int64_t p = g * w.group; p < (g + 1) * w.group; p += kW4A8Chunk) {
+      int8x16x4_t va[RP];
+      MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) va[r] = vld1q_s8_x4(pa[r] + p * 2);
+      MOE_ARM_UNROLL for (int q = 0; q < CP; ++q) {
+        const uint8x16_t x = vld1q_u8(pb[2 * q] + p / 2), y = vld1q_u8(pb[2 * q + 1] + p / 2);
+        const uint8x16_t first = zip_lo(x, y), second = zip_hi(x, y);
+        const int8x16_t vb[4] = {vreinterpretq_s8_u8(vandq_u8(first, low4)),
+                                 vreinterpretq_s8_u8(vandq_u8(second, low4)),
+                                 vreinterpretq_s8_u8(vshrq_n_u8(first, 4)),
+                                 vreinterpretq_s8_u8(vshrq_n_u8(second, 4))};
+        MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
+          MOE_ARM_UNROLL for (int h = 0; h < 4; ++h) dot[r][q] = vmmlaq_s32(dot[r][q], va[r].val[h], vb[h]);
+        }
+      }
+    }
+    int32x4_t sums[RP];
+    MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
+      const int32_t* row = w.ops.a_sums + g;
+      sums[r] = vcombine_s32(vdup_n_s32(row[min_i64(i + 2 * r, mv - 1 + i) * groups]),
+                             vdup_n_s32(row[min_i64(i + 2 * r + 1, mv - 1 + i) * groups]));
+    }
+    MOE_ARM_UNROLL for (int t = 0; t < C / 4; ++t) {
+      const int32x4_t s = vreinterpretq_s32_f32(vld1q_f32(scale + (t * groups + g) * 4));
+      const int32x4_t z = vld1q_s32(zero + (t * groups + g) * 4);
+      const int32x4_t zh[2] = {both_halves<0>(z), both_halves<1>(z)};
+      const float32x4_t sh[2] = {vreinterpretq_f32_s32(both_halves<0>(s)), vreinterpretq_f32_s32(both_halves<1>(s))};
+      MOE_ARM_UNROLL for (int h = 0; h < 2; ++h) {
+        MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
+          const int32x4_t d = vmlsq_s32(dot[r][2 * t + h], zh[h], sums[r]);
+          acc[r][2 * t + h] = vfmaq_f32(acc[r][2 * t + h], vcvtq_f32_s32(d), sh[h]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < RP && 2 * r < mv; ++r) {
+    float* c0 = w.c + (i + 2 * r) * w.ldc + j;
+    const float32x4_t sa = vcombine_f32(vdup_n_f32(w.a_scale[i + 2 * r]),
+                                        vdup_n_f32(w.a_scale[i + min_i64(2 * r + 1, mv - 1)]));
+    for (int q = 0; q < CP && 2 * q < nv; ++q) {
+      const float32x4_t v = vmulq_f32(acc[r][q], sa);
+      store2(c0 + 2 * q, vget_low_f32(v), nv - 2 * q);
+      if (2 * r + 1 < mv) store2(c0 + w.ldc + 2 * q, vget_high_f32(v), nv - 2 * q);
+    }
+  }
+}
+
 // 8 x 8 tiles (16 accumulators), 2 or 4 rows x 16 columns for small strips.
 template <class Ops>
 void gemm_mmla(int64_t m, int64_t n, int64_t k, const typename Ops::T* a, int64_t lda,
@@ -188,10 +298,27 @@ void gemm_s8_i8mm(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
   gemm_mmla<MmlaS8>(m, n, k, a, lda, b, ldb, c, ldc, a_scale, b_scale);
 }
 
+void gemm_w4a8_i8mm(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+                    const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
+  if (m == 1) return gemm_w4a8_dotprod(m, n, k, a, lda, a_scale, b, ldb, groups, c, ldc);
+  MOE_KERNEL_USE(kGemmW4A8);
+  const W4A8Operands ops(m, n, k, a, lda, groups);
+  const W4A8Call w{k, groups.group, a, lda, a_scale, b, ldb, ops, c, ldc};
+  const int8_t* pairs = w4a8_pairs(m, k, a, lda);
+  for_each_tile<4, 2, 8, 8>(m, n, k / 2, [&](auto rows, auto cols, int64_t i, int64_t j, int64_t mv, int64_t nv) {
+    w4a8_mmla_tile<decltype(rows)::value, decltype(cols)::value>(w, pairs, i, j, mv, nv);
+  });
+}
+
 }  // namespace
 
 const KernelSet& kernels_i8mm() {
-  static const KernelSet kernels{gemm_f32_neon, gemm_bf16_i8mm, gemm_s8_i8mm};
+  static const KernelSet kernels{.gemm_f32 = gemm_f32_neon,
+                                 .gemm_bf16 = gemm_bf16_i8mm,
+                                 .gemm_s8 = gemm_s8_i8mm,
+                                 .gemm_w4a8 = gemm_w4a8_i8mm,
+                                 .mxfp4_to_bf16 = mxfp4_to_bf16_neon,
+                                 .mxfp4_to_f32 = mxfp4_to_f32_neon};
   return kernels;
 }
 

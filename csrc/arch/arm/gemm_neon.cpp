@@ -1,6 +1,7 @@
 // The aarch64 baseline (Armv8-A Advanced SIMD): fp32 by FMA, bf16 widened to
-// fp32, int8 by widening multiplies. Every aarch64 CPU runs this level, and
-// the higher levels fall back to it for k below their vector width.
+// fp32, int8 and INT4_W4A8 by widening multiplies, MXFP4 widened by table
+// lookup. Every aarch64 CPU runs this level, and the higher levels fall back
+// to it for k below their vector width.
 #include <arm_neon.h>
 
 #include <cstddef>
@@ -8,6 +9,7 @@
 #include <cstring>
 
 #include "arch/arm/kernels_arm.h"
+#include "arch/arm/w4a8.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 
@@ -59,6 +61,53 @@ struct S8Ops : S8Io {
     return vpadalq_s16(acc, vmull_high_s8(a, b));
   }
 };
+
+// A W4A8 chunk by widening multiplies: four products a lane in int16 (at most
+// 4 * 15 * 128 in magnitude), then into int32.
+struct W4A8Dot {
+  static int32x4_t chunk(int32x4_t acc, int8x16_t even, int8x16_t odd, int8x16_t a_even, int8x16_t a_odd) {
+    int16x8_t p = vmull_s8(vget_low_s8(even), vget_low_s8(a_even));
+    p = vmlal_high_s8(p, even, a_even);
+    p = vmlal_s8(p, vget_low_s8(odd), vget_low_s8(a_odd));
+    return vpadalq_s16(acc, vmlal_high_s8(p, odd, a_odd));
+  }
+};
+
+// MXFP4, 32 values (one scale) a step: the block's 16 possible values, E2M1
+// times the scale, are exact in bf16 (or inf), so they are computed once as
+// fp32 and kept as two byte tables (the low and high bytes of their bf16
+// bits); TBL then looks up the even values (low nibbles) and the odd ones
+// (high nibbles), and an interleaving store puts them in order.
+constexpr float kE2m1[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
+                             -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
+
+// 2^(s - 127), subnormal for s == 0.
+float e8m0(uint8_t s) {
+  const uint32_t bits = s > 0 ? static_cast<uint32_t>(s) << 23 : 0x00400000u;
+  float value;
+  std::memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+// store(c, lo_even, hi_even, lo_odd, hi_odd): the bf16 bytes of values
+// [c, c + 32), each vector 16 of them.
+template <class Store>
+void mxfp4_row(int64_t cols, const uint8_t* src, const uint8_t* scale, Store store) {
+  const float32x4_t e2m1[4] = {vld1q_f32(kE2m1), vld1q_f32(kE2m1 + 4), vld1q_f32(kE2m1 + 8), vld1q_f32(kE2m1 + 12)};
+  const uint8x16_t low4 = vdupq_n_u8(15);
+  for (int64_t c = 0; c < cols; c += 32) {
+    const float s = e8m0(scale[c / 32]);
+    uint8x16_t bf16[2];
+    for (int h = 0; h < 2; ++h) {
+      bf16[h] = vreinterpretq_u8_u16(vuzp2q_u16(vreinterpretq_u16_f32(vmulq_n_f32(e2m1[2 * h], s)),
+                                                vreinterpretq_u16_f32(vmulq_n_f32(e2m1[2 * h + 1], s))));
+    }
+    const uint8x16_t lo = vuzp1q_u8(bf16[0], bf16[1]), hi = vuzp2q_u8(bf16[0], bf16[1]);
+    const uint8x16_t x = vld1q_u8(src + c / 2);
+    const uint8x16_t even = vandq_u8(x, low4), odd = vshrq_n_u8(x, 4);
+    store(c, vqtbl1q_u8(lo, even), vqtbl1q_u8(hi, even), vqtbl1q_u8(lo, odd), vqtbl1q_u8(hi, odd));
+  }
+}
 
 float bf16_to_f32(uint16_t bits) {
   const uint32_t widened = static_cast<uint32_t>(bits) << 16;
@@ -116,8 +165,41 @@ void gemm_s8_neon(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
   gemm_dot<S8Ops, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc, a_scale, b_scale);
 }
 
+void gemm_w4a8_neon(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+                    const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmW4A8);
+  gemm_w4a8_tiled<W4A8Dot, 4, 4, 8>(m, n, k, a, lda, a_scale, b, ldb, groups, c, ldc);
+}
+
+void mxfp4_to_bf16_neon(int64_t cols, const uint8_t* src, const uint8_t* scale, uint16_t* dst) {
+  MOE_KERNEL_USE(kMxfp4ToBF16);
+  mxfp4_row(cols, src, scale, [dst](int64_t c, uint8x16_t lo_even, uint8x16_t hi_even, uint8x16_t lo_odd,
+                                    uint8x16_t hi_odd) {
+    vst4q_u8(reinterpret_cast<uint8_t*>(dst + c), {{lo_even, hi_even, lo_odd, hi_odd}});
+  });
+}
+
+// An fp32 is its bf16 bits above 16 zero bits.
+void mxfp4_to_f32_neon(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst) {
+  MOE_KERNEL_USE(kMxfp4ToF32);
+  mxfp4_row(cols, src, scale, [dst](int64_t c, uint8x16_t lo_even, uint8x16_t hi_even, uint8x16_t lo_odd,
+                                    uint8x16_t hi_odd) {
+    const uint16x8_t zero = vdupq_n_u16(0);
+    uint16_t* out = reinterpret_cast<uint16_t*>(dst + c);
+    vst4q_u16(out, {{zero, vreinterpretq_u16_u8(vzip1q_u8(lo_even, hi_even)), zero,
+                     vreinterpretq_u16_u8(vzip1q_u8(lo_odd, hi_odd))}});
+    vst4q_u16(out + 32, {{zero, vreinterpretq_u16_u8(vzip2q_u8(lo_even, hi_even)), zero,
+                          vreinterpretq_u16_u8(vzip2q_u8(lo_odd, hi_odd))}});
+  });
+}
+
 const KernelSet& kernels_neon() {
-  static const KernelSet kernels{gemm_f32_neon, gemm_bf16_neon, gemm_s8_neon};
+  static const KernelSet kernels{.gemm_f32 = gemm_f32_neon,
+                                 .gemm_bf16 = gemm_bf16_neon,
+                                 .gemm_s8 = gemm_s8_neon,
+                                 .gemm_w4a8 = gemm_w4a8_neon,
+                                 .mxfp4_to_bf16 = mxfp4_to_bf16_neon,
+                                 .mxfp4_to_f32 = mxfp4_to_f32_neon};
   return kernels;
 }
 

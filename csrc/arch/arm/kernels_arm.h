@@ -33,12 +33,18 @@ void gemm_bf16_neon(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t 
 void gemm_s8_neon(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
                   const float* a_scale, const int8_t* b, int64_t ldb, const float* b_scale,
                   const int32_t* b_sum, float* c, int64_t ldc);
+// The MXFP4 widening of every level: a TBL lookup has nothing to gain from
+// the higher levels' instructions.
+void mxfp4_to_bf16_neon(int64_t cols, const uint8_t* src, const uint8_t* scale, uint16_t* dst);
+void mxfp4_to_f32_neon(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst);
 
 // gemm_dotprod.cpp. Also i8mm's m == 1 (decode) path: a single row of a
 // would leave half of every 2x2 SMMLA tile unused.
 void gemm_s8_dotprod(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
                      const float* a_scale, const int8_t* b, int64_t ldb, const float* b_scale,
                      const int32_t* b_sum, float* c, int64_t ldc);
+void gemm_w4a8_dotprod(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+                       const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc);
 
 namespace {
 

@@ -1,0 +1,145 @@
+// INT4_W4A8 on aarch64, for every level; each level supplies the integer dot
+// product of a 32-value chunk (Dot::chunk) and its tile shapes.
+//
+// A 16-byte load of a row of b is one 32-value chunk: its low nibbles are the
+// even values and its high nibbles the odd ones, and LD2 loads the chunk of a
+// row of a split the same way, so the nibbles multiply a as they are (0..15
+// is a valid int8), with no reordering of a. Groups are whole chunks: each
+// output keeps an int32 vector per group, whose horizontal sum, minus zero
+// point * sum of a over the group, turns into fp32 times the group scale once
+// per group. The per-group operands that do not depend on the chunk are set
+// out once per call (W4A8Operands): each row of a's sums per group, and per
+// four columns of b and group, their four scales and zero points as vectors.
+//
+// In an anonymous namespace (kernels_arm.h says why).
+#pragma once
+
+#include <arm_neon.h>
+
+#include <cstdint>
+
+#include "arch/arm/kernels_arm.h"
+#include "core/kernels.h"
+#include "core/scratch.h"
+
+namespace moe_xarch {
+namespace {
+
+constexpr int64_t kW4A8Chunk = 32;
+
+struct W4A8Operands {
+  int64_t groups;    // of a row: k / group
+  int32_t* a_sums;   // [m][groups]
+  float* scales;     // [n / 4 rounded up][groups][4]; columns past n repeat the last
+  int32_t* zeros;    // likewise
+
+  W4A8Operands(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const Int4Groups& in)
+      : groups(k / in.group) {
+    const int64_t quads = (n + 3) / 4;
+    const int64_t sums_bytes = (m * groups * 4 + 63) / 64 * 64, quad_bytes = quads * groups * 16;
+    uint8_t* scratch = thread_scratch(ScratchUse::kInt4Groups, sums_bytes + 2 * quad_bytes);
+    a_sums = reinterpret_cast<int32_t*>(scratch);
+    scales = reinterpret_cast<float*>(scratch + sums_bytes);
+    zeros = reinterpret_cast<int32_t*>(scratch + sums_bytes + quad_bytes);
+    for (int64_t i = 0; i < m; ++i) {
+      const int8_t* row = a + i * lda;
+      for (int64_t g = 0; g < groups; ++g) {
+        int32x4_t sum = vdupq_n_s32(0);
+        for (int64_t p = g * in.group; p < (g + 1) * in.group; p += 16) {
+          sum = vpadalq_s16(sum, vpaddlq_s8(vld1q_s8(row + p)));
+        }
+        a_sums[i * groups + g] = vaddvq_s32(sum);
+      }
+    }
+    for (int64_t j = 0; j < quads * 4; ++j) {
+      const int64_t col = min_i64(j, n - 1);
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t at = (j / 4 * groups + g) * 4 + j % 4;
+        scales[at] = in.scale[col * in.ld + g];
+        zeros[at] = in.zero ? in.zero[col * in.ld + g] : 8;
+      }
+    }
+  }
+};
+
+struct W4A8Call {
+  int64_t k, group;
+  const int8_t* a;
+  int64_t lda;
+  const float* a_scale;
+  const uint8_t* b;
+  int64_t ldb;
+  const W4A8Operands& ops;
+  float* c;
+  int64_t ldc;
+};
+
+// The R x C outputs at (i, j), C a multiple of 4 and j of 4; columns past nv
+// re-read the last valid row of b and are not stored.
+template <class Dot, int R, int C>
+MOE_ARM_TILE void w4a8_tile(const W4A8Call& w, int64_t i, int64_t j, int64_t nv) {
+  static_assert(C % 4 == 0, "columns go in fours: a vector of scales and zero points");
+  constexpr int Q = C / 4;
+  const int64_t groups = w.ops.groups;
+  const int8_t* pa[R];
+  const uint8_t* pb[C];
+  MOE_ARM_UNROLL for (int r = 0; r < R; ++r) pa[r] = w.a + (i + r) * w.lda;
+  MOE_ARM_UNROLL for (int q = 0; q < C; ++q) pb[q] = w.b + (j + min_i64(q, nv - 1)) * w.ldb;
+  const float* scale = w.ops.scales + j / 4 * groups * 4;
+  const int32_t* zero = w.ops.zeros + j / 4 * groups * 4;
+  const int32_t* sums = w.ops.a_sums + i * groups;
+  const uint8x16_t low4 = vdupq_n_u8(15);
+
+  float32x4_t acc[R][Q];
+  MOE_ARM_UNROLL for (int r = 0; r < R; ++r) {
+    MOE_ARM_UNROLL for (int t = 0; t < Q; ++t) acc[r][t] = vdupq_n_f32(0.f);
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    int32x4_t dot[R][C];
+    MOE_ARM_UNROLL for (int r = 0; r < R; ++r) {
+      MOE_ARM_UNROLL for (int q = 0; q < C; ++q) dot[r][q] = vdupq_n_s32(0);
+    }
+    for (int64_t p = g * w.group; p < (g + 1) * w.group; p += kW4A8Chunk) {
+      int8x16x2_t va[R];
+      MOE_ARM_UNROLL for (int r = 0; r < R; ++r) va[r] = vld2q_s8(pa[r] + p);
+      MOE_ARM_UNROLL for (int q = 0; q < C; ++q) {
+        const uint8x16_t x = vld1q_u8(pb[q] + p / 2);
+        const int8x16_t even = vreinterpretq_s8_u8(vandq_u8(x, low4));
+        const int8x16_t odd = vreinterpretq_s8_u8(vshrq_n_u8(x, 4));
+        MOE_ARM_UNROLL for (int r = 0; r < R; ++r) {
+          dot[r][q] = Dot::chunk(dot[r][q], even, odd, va[r].val[0], va[r].val[1]);
+        }
+      }
+    }
+    MOE_ARM_UNROLL for (int t = 0; t < Q; ++t) {
+      const float32x4_t s = vld1q_f32(scale + (t * groups + g) * 4);
+      const int32x4_t z = vld1q_s32(zero + (t * groups + g) * 4);
+      MOE_ARM_UNROLL for (int r = 0; r < R; ++r) {
+        int32x4_t d = vpaddq_s32(vpaddq_s32(dot[r][4 * t], dot[r][4 * t + 1]),
+                                 vpaddq_s32(dot[r][4 * t + 2], dot[r][4 * t + 3]));
+        d = vmlsq_n_s32(d, z, sums[r * groups + g]);
+        acc[r][t] = vfmaq_f32(acc[r][t], vcvtq_f32_s32(d), s);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < Q && 4 * t < nv; ++t) {
+      store4(w.c + (i + r) * w.ldc + j + 4 * t, vmulq_n_f32(acc[r][t], w.a_scale[i + r]), nv - 4 * t);
+    }
+  }
+}
+
+// The whole GEMM (kernels.h's GemmW4A8Fn) in MR x NR tiles, MR / 2 x NR1 for
+// small strips (for_each_tile).
+template <class Dot, int MR, int NR, int NR1>
+void gemm_w4a8_tiled(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+                     const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
+  const W4A8Operands ops(m, n, k, a, lda, groups);
+  const W4A8Call w{k, groups.group, a, lda, a_scale, b, ldb, ops, c, ldc};
+  for_each_tile<MR, 1, NR, NR1>(m, n, k / 2, [&](auto rows, auto cols, int64_t i, int64_t j, int64_t, int64_t nv) {
+    w4a8_tile<Dot, decltype(rows)::value, decltype(cols)::value>(w, i, j, nv);
+  });
+}
+
+}  // namespace
+}  // namespace moe_xarch
