@@ -13,6 +13,10 @@ and all of them are copies of one random expert, quantized and packed once: the
 op does the same work as with the shape's own experts (its kernels take the
 same path whatever the values), and the emulated process makes the weights in
 seconds, not the many minutes of quantizing every expert under QEMU.
+
+Besides moe_bench's methods, the 4-bit ones (FOUR_BIT), quantized here with
+moe_xarch.quant: INT4_W4A8 in groups of INT4_GROUP (or the largest smaller
+multiple of 32 that divides the shape's K and N) with zero points, MXFP4.
 """
 
 from __future__ import annotations
@@ -27,9 +31,13 @@ import torch
 
 import moe_xarch
 from benchmarks import moe_bench
+from moe_xarch import MoeCompMethod, quant
 
 MARK_SYSCALL = 0x4D4F45  # docker/qemu-plugin/insn_regions.c's marker
 LIBC = ctypes.CDLL(None)
+FOUR_BIT = {"int4": MoeCompMethod.INT4_W4A8, "mxfp4": MoeCompMethod.MXFP4}
+METHODS = {**moe_bench.METHODS, **FOUR_BIT}
+INT4_GROUP = 128  # AWQ's and GPTQ's usual group size
 
 
 def mark(identifier: int) -> None:
@@ -46,6 +54,28 @@ def replicated(tensor: torch.Tensor, experts: int) -> torch.Tensor:
     return tensor.expand(experts, *tensor.shape[1:]).contiguous()
 
 
+def int4_group(shape: moe_bench.MoeShape) -> int:
+    return next(g for g in range(INT4_GROUP, 0, -32) if shape.hidden % g == 0 and shape.inter % g == 0)
+
+
+def prepare(method: str, shape: moe_bench.MoeShape, w1: torch.Tensor,
+            w2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, object]]:
+    """The method's w1, w2 and their fused_experts kwargs (scales, zero points, block size)."""
+    if method == "int4":
+        (q1, s1, z1), (q2, s2, z2) = (quant.quantize_int4(w.float(), int4_group(shape)) for w in (w1, w2))
+        return q1, q2, {"w1_scale": s1, "w2_scale": s2, "w1_zero": z1, "w2_zero": z2}
+    if method == "mxfp4":
+        (q1, s1), (q2, s2) = (quant.quantize_mxfp4(w.float()) for w in (w1, w2))
+        return q1, q2, {"w1_scale": s1, "w2_scale": s2}
+    prepared = moe_bench.prepare_method(method, w1, w2)
+    return prepared.w1, prepared.w2, prepared.kwargs
+
+
+def weight_bytes(shape: moe_bench.MoeShape, method: str) -> int:
+    """One expert's w1 + w2 as the method stores them (scales are negligible)."""
+    return 3 * shape.inter * shape.hidden // 2 if method in FOUR_BIT else moe_bench.expert_bytes(shape, method)
+
+
 def measure(shape: moe_bench.MoeShape, methods: list[str], tokens_list: list[int], decode_only: list[str],
             next_mark: list[int]) -> list[dict[str, object]]:
     generator = torch.Generator().manual_seed(0)
@@ -60,11 +90,11 @@ def measure(shape: moe_bench.MoeShape, methods: list[str], tokens_list: list[int
     b2 = torch.randn(experts, shape.hidden, generator=generator) if shape.swiglu else None
     regions = []
     for method in methods:
-        prepared = moe_bench.prepare_method(method, w1, w2)
-        code = moe_bench.METHODS[method]
-        p1, p2 = (replicated(moe_xarch.convert_weight_packed(w, code), experts) for w in (prepared.w1, prepared.w2))
+        q1, q2, method_kwargs = prepare(method, shape, w1, w2)
+        code = METHODS[method]
+        p1, p2 = (replicated(moe_xarch.convert_weight_packed(w, code), experts) for w in (q1, q2))
         scales = {k: (replicated(v, experts) if isinstance(v, torch.Tensor) else v)
-                  for k, v in prepared.kwargs.items()}
+                  for k, v in method_kwargs.items()}
         for tokens in tokens_list[:1] if method in decode_only else tokens_list:
             topk_weights, ids, active = routings[tokens]
             x = torch.randn(tokens, shape.hidden, generator=generator).to(torch.bfloat16)
@@ -85,7 +115,7 @@ def measure(shape: moe_bench.MoeShape, methods: list[str], tokens_list: list[int
             call()
             mark(marks[2])
             regions.append({"shape": shape.name, "method": method, "tokens": tokens, "active_experts": active,
-                            "weight_bytes": active * moe_bench.expert_bytes(shape, method),
+                            "weight_bytes": active * weight_bytes(shape, method),
                             "macs": moe_bench.useful_flops(shape, tokens) / 2, "marks": marks})
             print(f"[{shape.name}] {method} M={tokens}: measured", file=sys.stderr, flush=True)
     return regions
@@ -94,9 +124,9 @@ def measure(shape: moe_bench.MoeShape, methods: list[str], tokens_list: list[int
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="+", default=list(moe_bench.SHAPES), choices=list(moe_bench.SHAPES))
-    parser.add_argument("--methods", nargs="+", default=list(moe_bench.METHODS), choices=list(moe_bench.METHODS))
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--tokens", nargs="+", type=int, required=True, help="M values, smallest first")
-    parser.add_argument("--decode-only", nargs="*", default=[], choices=list(moe_bench.METHODS),
+    parser.add_argument("--decode-only", nargs="*", default=[], choices=list(METHODS),
                         help="methods measured at the first M only")
     parser.add_argument("--out", type=Path, required=True, help="where the JSON document goes")
     args = parser.parse_args(argv)
