@@ -68,13 +68,15 @@ struct FmaMxfp4 {
   static constexpr int kNR = 1;  // the 8 parts and 4 rows' totals fill the 16 registers
   static constexpr int kNR1 = 4;
 
-  // Slot s: part (t, h) = (s / 16, s / 8 % 2), lane l = s % 8, from word
-  // l (+ 4 for the second block) + 4 h.
-  static constexpr int64_t source(int64_t s) {
-    const int64_t t = s / 16, h = s / 8 % 2, l = s % 8;
-    return 4 * ((l < 4 ? l : l + 4) + 4 * h) + t;
+  // Slot s of a step (part (t, h) = (s / 16, s / 8 % 2), lane l = s % 8)
+  // holds value 4 w + t, w = l (+ 4 in the second block) + 4 h.
+  static MOE_X86_INLINE void reorder(const uint16_t* a, int64_t values, float* out) {
+    for (int64_t s = 0; s < kStep; ++s) {
+      const int64_t t = s / 16, h = s / 8 % 2, l = s % 8;
+      const int64_t p = 4 * ((l < 4 ? l : l + 4) + 4 * h) + t;
+      out[s] = p < values ? __builtin_bit_cast(float, static_cast<uint32_t>(a[p]) << 16) : 0.f;
+    }
   }
-  static MOE_X86_INLINE float to_a(uint16_t bf16) { return x86::bf16_to_f32(bf16); }
 
   static MOE_X86_INLINE Acc zero() { return _mm256_setzero_ps(); }
 

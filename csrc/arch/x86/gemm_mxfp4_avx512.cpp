@@ -54,6 +54,9 @@ MOE_X86_INLINE void mxfp4_row(int64_t cols, const uint8_t* src, const uint8_t* s
   }
 }
 
+// Words 8 d of two vectors, in lanes d < 8 and again in lanes [8, 16).
+alignas(64) constexpr uint16_t kEvery8th[32] = {0, 8, 16, 24, 32, 40, 48, 56, 0, 8, 16, 24, 32, 40, 48, 56};
+
 struct FmaMxfp4 : x86::Mxfp4StepAvx512 {
   using A = float;
   using Vec = __m512;
@@ -61,8 +64,20 @@ struct FmaMxfp4 : x86::Mxfp4StepAvx512 {
   static constexpr int kNR = 2;
   static constexpr int kNR1 = 4;
 
-  static constexpr int64_t source(int64_t s) { return 8 * (s % 16) + s / 16; }
-  static MOE_X86_INLINE float to_a(uint16_t bf16) { return x86::bf16_to_f32(bf16); }
+  // Part t's values of a, 8 d + t: the first 8 from the step's first 64
+  // values, the next 8 from the others, widened to fp32 (exact).
+  static MOE_X86_INLINE void reorder(const uint16_t* a, int64_t values, float* out) {
+    __m512i x[4];
+    load_a(a, values, x);
+    const __m512i every_8th = _mm512_load_si512(kEvery8th);
+    for (int t = 0; t < kParts; ++t) {
+      const __m512i index = _mm512_add_epi16(every_8th, _mm512_set1_epi16(static_cast<int16_t>(t)));
+      const __m512i first = _mm512_permutex2var_epi16(x[0], index, x[1]);
+      const __m512i second = _mm512_permutex2var_epi16(x[2], index, x[3]);
+      const __m256i bf16 = _mm512_castsi512_si256(_mm512_mask_blend_epi16(0xff00, first, second));
+      _mm512_store_ps(out + 16 * t, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bf16), 16)));
+    }
+  }
 
   static MOE_X86_INLINE void decode(const uint8_t* b, int64_t bytes, Vec (&v)[kParts]) {
     const __m512 table = _mm512_setr_ps(0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,

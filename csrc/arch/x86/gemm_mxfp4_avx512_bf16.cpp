@@ -31,6 +31,9 @@ alignas(64) constexpr uint16_t kE2m1BF16Twice[32] = {
     0x0000, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0,
     0x8000, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0};
 
+// Words 4 i of two vectors, in lanes i < 16.
+alignas(64) constexpr uint16_t kEvery4th[32] = {0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60};
+
 struct DpBF16Mxfp4 : x86::Mxfp4StepAvx512 {
   using A = uint16_t;
   using Vec = __m512bh;
@@ -38,8 +41,19 @@ struct DpBF16Mxfp4 : x86::Mxfp4StepAvx512 {
   static constexpr int kNR = 2;
   static constexpr int kNR1 = 4;
 
-  static constexpr int64_t source(int64_t s) { return 4 * (s % 32) + s / 32; }
-  static MOE_X86_INLINE uint16_t to_a(uint16_t bf16) { return bf16; }
+  // Part t's values of a, 4 i + t: the first 16 from the step's first 64
+  // values, the next 16 from the others.
+  static MOE_X86_INLINE void reorder(const uint16_t* a, int64_t values, uint16_t* out) {
+    __m512i x[4];
+    load_a(a, values, x);
+    const __m512i every_4th = _mm512_load_si512(kEvery4th);
+    for (int t = 0; t < kParts; ++t) {
+      const __m512i index = _mm512_add_epi16(every_4th, _mm512_set1_epi16(static_cast<int16_t>(t)));
+      const __m512i first = _mm512_permutex2var_epi16(x[0], index, x[1]);
+      const __m512i second = _mm512_permutex2var_epi16(x[2], index, x[3]);
+      _mm512_store_si512(out + 32 * t, _mm512_shuffle_i64x2(first, second, 0x44));
+    }
+  }
 
   static MOE_X86_INLINE void decode(const uint8_t* b, int64_t bytes, Vec (&v)[kParts]) {
     const __m512i table = _mm512_load_si512(kE2m1BF16Twice);

@@ -28,6 +28,12 @@ struct Mxfp4StepAvx512 {
 
   static MOE_X86_INLINE Acc zero() { return _mm512_setzero_ps(); }
 
+  // The step's `values` (a multiple of 32) bf16 values of a row of a, in four
+  // vectors; zeros past them.
+  static MOE_X86_INLINE void load_a(const uint16_t* a, int64_t values, __m512i (&x)[4]) {
+    for (int j = 0; j < 4; ++j) x[j] = 32 * j < values ? _mm512_loadu_si512(a + 32 * j) : _mm512_setzero_si512();
+  }
+
   // 2^(s - 127) for the blocks' scales s, by lane; scalef keeps s = 0's
   // 2^-127 (subnormal) exact. Blocks past the row's end read as s = 0.
   static MOE_X86_INLINE Acc scales(const uint8_t* s, int64_t blocks) {

@@ -16,8 +16,8 @@
 //   A                     the type of a's values, as the parts multiply them
 //   Vec, Acc              a part, and the lane sums
 //   kStep, kParts         values of K a step, parts a step (kStep / kParts lanes of A each)
-//   source(s)             the value of a step slot s of a's reordered row holds
-//   to_a(bf16 bits)       a value of a as an A
+//   reorder(a, values, out) a step of a row of a in the parts' order, as A (values, a
+//                         multiple of 32, from a; zeros past them)
 //   decode(b, bytes, v)   v = the parts of the step's first `bytes` bytes of b (zeros past them)
 //   scales(s, blocks)     the step's scales by lane (blocks of them from s; past them, any finite value)
 //   madd(acc, a, v)       acc += a's part (at a, in memory) times v, lane by lane
@@ -32,9 +32,6 @@
 
 namespace moe_xarch::x86 {
 namespace {
-
-// A bf16 value of a, for the Ops that multiply fp32 (exact).
-MOE_X86_INLINE float bf16_to_f32(uint16_t bf16) { return __builtin_bit_cast(float, static_cast<uint32_t>(bf16) << 16); }
 
 template <class Op>
 struct Mxfp4Tiles {
@@ -57,6 +54,26 @@ struct Mxfp4Tiles {
 
   int64_t row_bytes() const { return ldb; }
 
+  // total += the step of `values` values of K (a multiple of 32) from p on:
+  // a whole step (a constant) or the tail.
+  template <int MR, int NR>
+  MOE_X86_INLINE void step(const A* const (&pa)[MR], const uint8_t* const (&pb)[NR], const uint8_t* const (&ps)[NR],
+                           int64_t p, int64_t values, int64_t ahead, typename Op::Acc (&total)[MR][NR]) const {
+    for (int q = 0; q < NR; ++q) {
+      // The weights stream from memory once: the rows that come next, into
+      // L2 (the fused fp8 GEMM's reason).
+      __builtin_prefetch(pb[q] + ahead + p / 2, 0, 2);
+      typename Op::Vec v[Op::kParts];
+      Op::decode(pb[q] + p / 2, values / 2, v);
+      const typename Op::Acc s = Op::scales(ps[q] + p / 32, values / 32);
+      for (int r = 0; r < MR; ++r) {
+        typename Op::Acc acc = Op::zero();
+        for (int t = 0; t < Op::kParts; ++t) acc = Op::madd(acc, pa[r] + p + t * kLanes, v[t]);
+        total[r][q] = Op::scaled(acc, s, total[r][q]);
+      }
+    }
+  }
+
   template <int MR, int NR>
   MOE_X86_INLINE void tile(int64_t i, const TileCols& cols, int64_t /*p0*/, int64_t k, bool /*first*/) {
     const A* pa[MR];
@@ -73,25 +90,17 @@ struct Mxfp4Tiles {
     for (int r = 0; r < MR; ++r) {
       for (int q = 0; q < NR; ++q) total[r][q] = Op::zero();
     }
-    for (int64_t p = 0; p < k; p += Op::kStep) {
-      const int64_t values = k - p < Op::kStep ? k - p : Op::kStep;  // a multiple of 32
-      for (int q = 0; q < NR; ++q) {
-        // The weights stream from memory once: the rows that come next, into
-        // L2 (the fused fp8 GEMM's reason).
-        __builtin_prefetch(pb[q] + ahead + p / 2, 0, 2);
-        typename Op::Vec v[Op::kParts];
-        Op::decode(pb[q] + p / 2, values / 2, v);
-        const auto s = Op::scales(ps[q] + p / 32, values / 32);
-        for (int r = 0; r < MR; ++r) {
-          typename Op::Acc acc = Op::zero();
-          for (int t = 0; t < Op::kParts; ++t) acc = Op::madd(acc, pa[r] + p + t * kLanes, v[t]);
-          total[r][q] = Op::scaled(acc, s, total[r][q]);
-        }
-      }
-    }
+    int64_t p = 0;
+    for (; p + Op::kStep <= k; p += Op::kStep) step<MR, NR>(pa, pb, ps, p, Op::kStep, ahead, total);
+    if (p < k) step<MR, NR>(pa, pb, ps, p, k - p, ahead, total);
+    // Reduced before store_cols, whose lambda would otherwise take the
+    // totals' address and keep them in memory through the loop above.
     for (int r = 0; r < MR; ++r) {
-      store_cols<NR>(c + (i + r) * ldc + cols.j, cols, false,
-                     [&](float* dst, bool) { Op::template store<NR>(total[r], dst, cols.nb); });
+      float sums[NR];
+      Op::template store<NR>(total[r], sums, cols.nb);
+      store_cols<NR>(c + (i + r) * ldc + cols.j, cols, false, [&](float* dst, bool) {
+        for (int q = 0; q < cols.nb; ++q) dst[q] = sums[q];
+      });
     }
   }
 };
@@ -107,11 +116,8 @@ MOE_X86_INLINE void gemm_bf16_mxfp4_with(int64_t m, int64_t n, int64_t k, const 
   const int64_t ld = steps * Op::kStep;
   A* rows = reinterpret_cast<A*>(thread_scratch(ScratchUse::kRowsOfA, m * ld * static_cast<int64_t>(sizeof(A))));
   for (int64_t i = 0; i < m; ++i) {
-    for (int64_t p0 = 0; p0 < ld; p0 += Op::kStep) {
-      for (int64_t s = 0; s < Op::kStep; ++s) {
-        const int64_t p = p0 + Op::source(s);
-        rows[i * ld + p0 + s] = p < k ? Op::to_a(a[i * lda + p]) : A{};
-      }
+    for (int64_t p = 0; p < k; p += Op::kStep) {
+      Op::reorder(a + i * lda + p, k - p < Op::kStep ? k - p : Op::kStep, rows + i * ld + p);
     }
   }
   Mxfp4Tiles<Op> t{rows, ld, b, ldb, scale, scale_ld, c, ldc};
