@@ -44,6 +44,13 @@ WeightTile ExpertGemm::tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, i
     t.groups = {w_.group_scale + first, w_.group_zero ? w_.group_zero + first : nullptr, w_.scale_cols, w_.group};
     return t;
   }
+  if (w_.dtype == at::kFloat4_e2m1fn_x2 && p_.compute == ComputeType::kBF16 && kernels_.gemm_bf16_mxfp4_takes(m)) {
+    t.k = w_.cols;  // blocks end at the logical width, as W4A8's groups
+    t.mxfp4 = true;
+    t.mx_scale = w_.mx_scale + (expert * w_.rows + r0) * w_.scale_cols;
+    t.mx_scale_ld = w_.scale_cols;
+    return t;
+  }
   // fp8 in the line layout goes to gemm_bf16_fp8_tiles whatever m: it has no rows to widen.
   if (w_.dtype == at::kFloat8_e4m3fn && p_.compute == ComputeType::kBF16 &&
       (w_.tiles || kernels_.gemm_bf16_fp8_takes(m))) {
@@ -91,6 +98,11 @@ void ExpertGemm::run(const Activations& a, int64_t row, int64_t m, const WeightT
       if (w.fp8) {
         (w.tiles ? kernels_.gemm_bf16_fp8_tiles : kernels_.gemm_bf16_fp8)(
             m, w.rows, w.k, a.bf16.get() + row * a.ld, a.ld, w.values, w.ld, w.fp8_scales, c, w.rows);
+        break;
+      }
+      if (w.mxfp4) {
+        kernels_.gemm_bf16_mxfp4(m, w.rows, w.k, a.bf16.get() + row * a.ld, a.ld, w.values, w.ld, w.mx_scale,
+                                 w.mx_scale_ld, c, w.rows);
         break;
       }
       (w.tiles ? kernels_.gemm_bf16_tiles : kernels_.gemm_bf16)(

@@ -42,6 +42,9 @@ struct WeightTile {
   bool tiles = false;          // bf16 or int8 values in the tile layout, fp8 in the line layout
   bool w4a8 = false;           // INT4 values for gemm_w4a8, with these groups
   Int4Groups groups{};
+  bool mxfp4 = false;          // MXFP4 values for gemm_bf16_mxfp4, with these scales
+  const uint8_t* mx_scale = nullptr;
+  int64_t mx_scale_ld = 0;
 };
 
 // Multiplies activation rows by tiles of expert weights: c[i * tile.rows + j], fp32.

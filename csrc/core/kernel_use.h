@@ -35,6 +35,7 @@ enum class Kind : int {
   kGemmW4A8,
   kMxfp4ToBF16,
   kMxfp4ToF32,
+  kGemmBF16Mxfp4,
   kSiluAndMul,
   kSwiglu,
   kQuantizeRowS8,
@@ -48,7 +49,7 @@ inline constexpr int kKinds = static_cast<int>(Kind::kPackTiles) + 1;
 inline constexpr const char* kKindNames[kKinds] = {
     "gemm_f32", "gemm_bf16", "gemm_s8", "gemm_bf16_fp8", "gemm_bf16_tiles", "gemm_s8_tiles",
     "gemm_bf16_fp8_tiles", "fp8_to_bf16", "fp8_to_f32", "gemm_w4a8", "mxfp4_to_bf16",
-    "mxfp4_to_f32", "silu_and_mul", "swiglu",
+    "mxfp4_to_f32", "gemm_bf16_mxfp4", "silu_and_mul", "swiglu",
     "quantize_row_s8", "add_weighted", "pack_rows", "pack_tiles"};
 
 // Every architecture's levels (isa() names), and "core": the driver's own

@@ -88,6 +88,14 @@ using GemmW4A8Fn = void (*)(int64_t m, int64_t n, int64_t k, const int8_t* a, in
 using Mxfp4ToBF16Fn = void (*)(int64_t cols, const uint8_t* src, const uint8_t* scale, uint16_t* dst);
 using Mxfp4ToF32Fn = void (*)(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst);
 
+// c = a times MXFP4 b (rows of b as in the GEMMs above, ldb bytes apart),
+// row j's E8M0 scale of values [32 q, 32 q + 32) at scale[j * scale_ld + q]:
+//     c[i * ldc + j] = sum_p a[i * lda + p] * e2m1(nibble p of row j) * 2^(scale of (j, p) - 127).
+// k is a multiple of 32, the logical width (b is read no further). For few
+// rows of a: b is widened in registers, never stored.
+using GemmBF16Mxfp4Fn = void (*)(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
+                                 int64_t ldb, const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc);
+
 // The driver's row loops (core/row_kernels.h), compiled by each level.
 using SiluAndMulFn = void (*)(int64_t n, const float* gate, const float* up, const float* gate_bias,
                               const float* up_bias, float* out);
@@ -138,6 +146,11 @@ struct KernelSet {
   GemmW4A8Fn gemm_w4a8 = gemm_w4a8_generic;
   Mxfp4ToBF16Fn mxfp4_to_bf16 = mxfp4_to_bf16_generic;
   Mxfp4ToF32Fn mxfp4_to_f32 = mxfp4_to_f32_generic;
+  GemmBF16Mxfp4Fn gemm_bf16_mxfp4 = nullptr;
+  // Whether gemm_bf16_mxfp4 takes MXFP4 weights for m rows of a; if not, the
+  // driver widens each tile once for all rows (mxfp4_to_bf16), for gemm_bf16.
+  // The level's own choice, as for gemm_bf16_fp8_takes.
+  TakesRowsFn gemm_bf16_mxfp4_takes = takes_no_rows;
   SiluAndMulFn silu_and_mul = silu_and_mul_generic;
   SwigluFn swiglu = swiglu_generic;
   QuantizeRowFn quantize_row_s8 = quantize_row_s8_generic;

@@ -48,6 +48,8 @@ _AMX_FEW_ROWS = "fewer than 4 rows of a"
 # The 4-bit kernels: INT4_W4A8's GEMM and MXFP4 widened into rows (for a bf16 GEMM, or fp32 compute).
 _MXFP4_ROWS = ("mxfp4_to_bf16", "mxfp4_to_f32")
 _FOUR_BIT = ("gemm_w4a8", *_MXFP4_ROWS)
+# MXFP4 times few rows of bf16 activations, widened in registers (x86 levels from avx2).
+_MXFP4_FUSED = ("gemm_bf16_mxfp4",)
 
 EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
     "generic": {
@@ -56,12 +58,13 @@ EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
     },
     "avx2": {
         **_level("avx2", ("gemm_f32", "gemm_bf16", "gemm_s8", "gemm_bf16_fp8", *_FP8_ROWS, *_FOUR_BIT,
-                          *ROW_KERNELS)),
+                          *_MXFP4_FUSED, *ROW_KERNELS)),
         **_PACK_ROWS,
     },
     # No fused fp8 GEMM: fp8 rows are widened (fp8_to_bf16) for gemm_bf16.
     "avx512": {
-        **_level("avx512", ("gemm_f32", "gemm_bf16", "gemm_s8", *_FP8_ROWS, *_FOUR_BIT, *ROW_KERNELS)),
+        **_level("avx512", ("gemm_f32", "gemm_bf16", "gemm_s8", *_FP8_ROWS, *_FOUR_BIT, *_MXFP4_FUSED,
+                            *ROW_KERNELS)),
         **_PACK_ROWS,
     },
     # avx512 with its own bf16 and fp8 GEMMs, fp8 to bf16 widening and tile-layout GEMMs.
@@ -69,8 +72,10 @@ EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
         **_level("avx512", ("gemm_f32", "gemm_s8", "fp8_to_f32")),
         **_level("avx512_bf16", ("gemm_bf16", "gemm_bf16_fp8", "fp8_to_bf16", "gemm_bf16_tiles",
                                  "gemm_s8_tiles", "gemm_bf16_fp8_tiles", *ROW_KERNELS)),
-        # The 4-bit kernels are avx512's (MXFP4 widened exactly, then this level's vdpbf16ps GEMM).
+        # The 4-bit kernels are avx512's (MXFP4 widened exactly, then this level's vdpbf16ps GEMM)
+        # but for the fused MXFP4 GEMM, on vdpbf16ps.
         **_level("avx512", _FOUR_BIT),
+        **_level("avx512_bf16", _MXFP4_FUSED),
         **_PACK_BOTH,
     },
     # avx512_bf16 with tile GEMMs from 4 rows of a; fp8 is never widened into rows for bf16.
@@ -82,7 +87,7 @@ EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
         "gemm_bf16_tiles": Expected("amx", {"avx512_bf16": _AMX_FEW_ROWS}),
         "gemm_s8_tiles": Expected("amx", {"avx512_bf16": _AMX_FEW_ROWS}),
         "gemm_bf16_fp8_tiles": Expected("amx", {"avx512_bf16": f"{_AMX_FEW_ROWS}, or block_k not a multiple of 32"}),
-        **_level("avx512_bf16", ROW_KERNELS),
+        **_level("avx512_bf16", (*ROW_KERNELS, *_MXFP4_FUSED)),
         **_level("avx512", _FOUR_BIT),
         **_PACK_BOTH,
     },

@@ -222,6 +222,22 @@ def test_decode_long_rows(method: int, packed: bool, tokens: int) -> None:
     assert_matches_reference(actual, expected, method, torch.bfloat16)
 
 
+@BOTH_LAYOUTS
+@pytest.mark.parametrize("dims", [(224, 160), (192, 96)], ids=["K224N160", "K192N96"])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5])
+def test_mxfp4_rows_per_expert(rows: int, dims: tuple[int, int], packed: bool) -> None:
+    """MXFP4 with bf16 activations, every token on one expert: each count of rows
+    of a that the x86 levels' fused GEMM takes (up to 4), and the first it widens
+    for; K and N end in tails of 32, 64 and 96 values past whole vector steps of
+    128 (and of 32 past steps of 64)."""
+    mxfp4 = ALL_METHODS["mxfp4"]
+    problem = make_moe_problem(rows, *dims, 2, 1, torch.bfloat16, mxfp4, bias=True, seed=17)
+    topk_ids = torch.zeros_like(problem.arguments["topk_ids"])
+    expected = problem.run(reference.fused_experts, topk_ids=topk_ids)
+    actual = moe_xarch.fused_experts(**problem.kwargs(packed=packed, topk_ids=topk_ids))
+    assert_matches_reference(actual, expected, mxfp4, torch.bfloat16)
+
+
 @EVERY_METHOD
 @BOTH_LAYOUTS
 def test_prefill_rows(method: int, packed: bool) -> None:

@@ -438,53 +438,14 @@ void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, co
   x86::gemm_tiled(t, m, n, k);
 }
 
-// MXFP4 as gemm_int4_avx512.cpp widens it, 8 values a store.
-template <class T, class Store>
-MOE_X86_INLINE void mxfp4_row(int64_t cols, const uint8_t* src, const uint8_t* scale, T* dst, Store store) {
-  const __m128i table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-  const __m128i low4 = _mm_set1_epi8(0x0f);
-  for (int64_t c = 0; c < cols; c += 32) {
-    const uint8_t s = scale[c / 32];  // times 1/2, for the doubled table: 2^(s - 128)
-    const uint32_t bits = s >= 2 ? static_cast<uint32_t>(s - 1) << 23 : 0x00400000u >> (1 - s);
-    float half;
-    std::memcpy(&half, &bits, sizeof(half));
-    const __m256 factor = _mm256_set1_ps(half);
-    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c / 2));
-    const __m128i lo = _mm_and_si128(packed, low4), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low4);
-    const __m128i values[2] = {_mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi)),
-                               _mm_shuffle_epi8(table, _mm_unpackhi_epi8(lo, hi))};
-    for (int h = 0; h < 2; ++h) {
-      const __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(values[h])), factor);
-      const __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(values[h], 8))), factor);
-      store(dst + c + 16 * h, v0, v1);
-    }
-  }
-}
-
-void mxfp4_to_bf16(int64_t cols, const uint8_t* src, const uint8_t* scale, uint16_t* dst) {
-  MOE_KERNEL_USE(kMxfp4ToBF16);
-  // Exact in bf16: its bits are the top halves.
-  mxfp4_row(cols, src, scale, dst, [](uint16_t* d, __m256 v0, __m256 v1) {
-    const __m256i halves = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(v0), 16),
-                                               _mm256_srli_epi32(_mm256_castps_si256(v1), 16));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm256_permute4x64_epi64(halves, 0xd8));
-  });
-}
-
-void mxfp4_to_f32(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst) {
-  MOE_KERNEL_USE(kMxfp4ToF32);
-  mxfp4_row(cols, src, scale, dst, [](float* d, __m256 v0, __m256 v1) {
-    _mm256_storeu_ps(d, v0);
-    _mm256_storeu_ps(d + 8, v1);
-  });
-}
-
 constexpr KernelSet kKernels = [] {
   KernelSet set = row_kernels::compiled_here(
       {gemm_f32, gemm_bf16, gemm_s8, fp8_to_bf16, fp8_to_f32, gemm_bf16_fp8, gemm_bf16_fp8_takes});
   set.gemm_w4a8 = gemm_w4a8;
-  set.mxfp4_to_bf16 = mxfp4_to_bf16;
-  set.mxfp4_to_f32 = mxfp4_to_f32;
+  set.mxfp4_to_bf16 = avx2::mxfp4_to_bf16;
+  set.mxfp4_to_f32 = avx2::mxfp4_to_f32;
+  set.gemm_bf16_mxfp4 = avx2::gemm_bf16_mxfp4;
+  set.gemm_bf16_mxfp4_takes = avx2::gemm_bf16_mxfp4_takes;
   return set;
 }();
 

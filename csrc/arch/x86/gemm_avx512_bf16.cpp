@@ -484,6 +484,8 @@ constexpr KernelSet kKernels = [] {
   set.gemm_bf16_tiles = gemm_bf16_tiles;
   set.gemm_s8_tiles = gemm_s8_tiles;
   set.gemm_bf16_fp8_tiles = gemm_bf16_fp8_tiles;
+  set.gemm_bf16_mxfp4 = avx512_bf16::gemm_bf16_mxfp4;
+  set.gemm_bf16_mxfp4_takes = avx512_bf16::gemm_bf16_mxfp4_takes;
   return set;
 }();
 

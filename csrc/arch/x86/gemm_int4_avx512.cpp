@@ -1,5 +1,5 @@
-// AVX-512 (F, BW, VL, DQ, VNNI) 4-bit kernels, also those of the avx512_bf16
-// and amx levels.
+// AVX-512 (F, BW, VL, DQ, VNNI) INT4_W4A8 kernel, also that of the
+// avx512_bf16 and amx levels (MXFP4's: gemm_mxfp4_avx512.cpp).
 //
 // INT4_W4A8: a 64-byte load of b holds 128 values; its low nibbles are the
 // even ones and its high nibbles the odd ones, so each row of a is first put
@@ -9,10 +9,6 @@
 // multiples of 32), so the int32 lanes of a step turn into fp32 times their
 // chunk's group scale, and the zero points' part, zero * sum of a, is taken
 // away once per output from per-chunk sums. The loop nest is loop_nest.h's.
-//
-// MXFP4: 32 values a step, a byte shuffle looks up twice each E2M1 value
-// (an int8 in [-12, 12]), widened to fp32 times half the block's scale;
-// every such value is exact in bf16, whose bits are then its top half.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
@@ -94,50 +90,6 @@ void avx512::gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t
   const x86::W4A8Operands<kStepValues> ops(m, n, k, a, lda, groups);
   W4A8Tiles t{{ops, a_scale, b, ldb, c, ldc}};
   x86::gemm_tiled(t, m, n, k);
-}
-
-namespace {
-
-// Twice each E2M1 value, by its nibble.
-MOE_X86_INLINE __m128i e2m1_doubled() {
-  return _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-}
-
-// 2^(s - 128): half the E8M0 scale s, subnormal for s < 2.
-MOE_X86_INLINE float half_e8m0(uint8_t s) {
-  const uint32_t bits = s >= 2 ? static_cast<uint32_t>(s - 1) << 23 : 0x00400000u >> (1 - s);
-  float value;
-  __builtin_memcpy(&value, &bits, sizeof(value));
-  return value;
-}
-
-// store(dst + c, 16 fp32 values) for each 16 of cols values.
-template <class T, class Store>
-MOE_X86_INLINE void mxfp4_row(int64_t cols, const uint8_t* src, const uint8_t* scale, T* dst, Store store) {
-  const __m128i table = e2m1_doubled(), low4 = _mm_set1_epi8(0x0f);
-  for (int64_t c = 0; c < cols; c += 32) {
-    const __m512 s = _mm512_set1_ps(half_e8m0(scale[c / 32]));
-    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c / 2));
-    const __m128i lo = _mm_and_si128(packed, low4), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low4);
-    const __m128i first = _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
-    const __m128i second = _mm_shuffle_epi8(table, _mm_unpackhi_epi8(lo, hi));
-    store(dst + c, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(first)), s));
-    store(dst + c + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(second)), s));
-  }
-}
-
-}  // namespace
-
-void avx512::mxfp4_to_bf16(int64_t cols, const uint8_t* src, const uint8_t* scale, uint16_t* dst) {
-  MOE_KERNEL_USE(kMxfp4ToBF16);
-  mxfp4_row(cols, src, scale, dst, [](uint16_t* d, __m512 v) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
-  });
-}
-
-void avx512::mxfp4_to_f32(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst) {
-  MOE_KERNEL_USE(kMxfp4ToF32);
-  mxfp4_row(cols, src, scale, dst, [](float* d, __m512 v) { _mm512_storeu_ps(d, v); });
 }
 
 }  // namespace moe_xarch

@@ -1,0 +1,153 @@
+// AVX2 + FMA + F16C MXFP4 kernels: rows widened for the GEMMs, and the fused
+// GEMM of few rows of a (mxfp4_tiles.h), FMA on fp32.
+//
+// The fused GEMM's step is 32 bytes of b, 64 values in 16 words of 4
+// nibbles, two blocks of 32 (bytes [0, 16) and [16, 32)). Its qwords are
+// first put in the order 0, 2, 1, 3, so that each 128-bit half holds 8
+// bytes of each block; part (t, h) of the step is nibble t of every word,
+// moved to bits 8-11 and looked up by a byte shuffle as the high byte of the
+// value's fp16 bits (every E2M1 value is exact in fp16, with a zero low byte,
+// which the shuffle's zero index gives), then half h widened to fp32 by
+// vcvtph2ps: lanes [0, 4) in the first block, [4, 8) in the second.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "arch/x86/inline.h"
+#include "arch/x86/kernels_x86.h"
+#include "arch/x86/mxfp4_tiles.h"
+#include "core/kernel_use.h"
+#include "core/kernels.h"
+
+namespace moe_xarch {
+namespace {
+
+// Widening: the byte-shuffle lookup of gemm_mxfp4_avx512.cpp, 8 values a store.
+template <class T, class Store>
+MOE_X86_INLINE void mxfp4_row(int64_t cols, const uint8_t* src, const uint8_t* scale, T* dst, Store store) {
+  const __m128i table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+  const __m128i low4 = _mm_set1_epi8(0x0f);
+  for (int64_t c = 0; c < cols; c += 32) {
+    const uint8_t s = scale[c / 32];  // times 1/2, for the doubled table: 2^(s - 128)
+    const uint32_t bits = s >= 2 ? static_cast<uint32_t>(s - 1) << 23 : 0x00400000u >> (1 - s);
+    float half;
+    std::memcpy(&half, &bits, sizeof(half));
+    const __m256 factor = _mm256_set1_ps(half);
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c / 2));
+    const __m128i lo = _mm_and_si128(packed, low4), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low4);
+    const __m128i values[2] = {_mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi)),
+                               _mm_shuffle_epi8(table, _mm_unpackhi_epi8(lo, hi))};
+    for (int h = 0; h < 2; ++h) {
+      const __m256 v0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(values[h])), factor);
+      const __m256 v1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(values[h], 8))), factor);
+      store(dst + c + 16 * h, v0, v1);
+    }
+  }
+}
+
+// 2^(s - 127) for every E8M0 scale s (255, NaN, is refused before this).
+struct E8m0Values {
+  float value[256];
+};
+
+constexpr E8m0Values make_e8m0_values() {
+  E8m0Values t{};
+  for (uint32_t s = 0; s < 255; ++s) t.value[s] = __builtin_bit_cast(float, s > 0 ? s << 23 : 0x00400000u);
+  return t;
+}
+
+constexpr E8m0Values kE8m0 = make_e8m0_values();
+
+struct FmaMxfp4 {
+  using A = float;
+  using Vec = __m256;
+  using Acc = __m256;
+  static constexpr int64_t kStep = 64;
+  static constexpr int kParts = 8;
+  static constexpr int kNR = 1;  // the 8 parts and 4 rows' totals fill the 16 registers
+  static constexpr int kNR1 = 4;
+
+  // Slot s of a step (part (t, h) = (s / 16, s / 8 % 2), lane l = s % 8)
+  // holds value 4 w + t, w = l (+ 4 in the second block) + 4 h.
+  static MOE_X86_INLINE void reorder(const uint16_t* a, int64_t values, float* out) {
+    for (int64_t s = 0; s < kStep; ++s) {
+      const int64_t t = s / 16, h = s / 8 % 2, l = s % 8;
+      const int64_t p = 4 * ((l < 4 ? l : l + 4) + 4 * h) + t;
+      out[s] = p < values ? __builtin_bit_cast(float, static_cast<uint32_t>(a[p]) << 16) : 0.f;
+    }
+  }
+
+  static MOE_X86_INLINE Acc zero() { return _mm256_setzero_ps(); }
+
+  static MOE_X86_INLINE void decode(const uint8_t* b, int64_t bytes, Vec (&v)[kParts]) {
+    // The high byte of each E2M1 value's fp16 bits, by nibble (sign bit 3), in both halves.
+    const __m256i table = _mm256_setr_epi8(
+        0x00, 0x38, 0x3c, 0x3e, 0x40, 0x42, 0x44, 0x46, -0x80, -0x48, -0x44, -0x42, -0x40, -0x3e, -0x3c, -0x3a,
+        0x00, 0x38, 0x3c, 0x3e, 0x40, 0x42, 0x44, 0x46, -0x80, -0x48, -0x44, -0x42, -0x40, -0x3e, -0x3c, -0x3a);
+    const __m256i nibble = _mm256_set1_epi16(0x0f00);
+    // A K tail of 32 values reads its 16 bytes only.
+    const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+    const __m256i x = bytes == 32 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b))
+                                  : _mm256_inserti128_si256(_mm256_setzero_si256(), first, 0);
+    const __m256i w = _mm256_permute4x64_epi64(x, 0xd8);
+    const __m256i at_8[4] = {_mm256_slli_epi16(w, 8), _mm256_slli_epi16(w, 4), w, _mm256_srli_epi16(w, 4)};
+    for (int t = 0; t < 4; ++t) {
+      const __m256i fp16 = _mm256_shuffle_epi8(table, _mm256_and_si256(at_8[t], nibble));
+      v[2 * t] = _mm256_cvtph_ps(_mm256_castsi256_si128(fp16));
+      v[2 * t + 1] = _mm256_cvtph_ps(_mm256_extracti128_si256(fp16, 1));
+    }
+  }
+
+  // Lanes [0, 4) the first block's, [4, 8) the second's (zero past the row's end).
+  static MOE_X86_INLINE Acc scales(const uint8_t* s, int64_t blocks) {
+    return _mm256_set_m128(_mm_set1_ps(blocks > 1 ? kE8m0.value[s[1]] : 0.f), _mm_set1_ps(kE8m0.value[s[0]]));
+  }
+
+  static MOE_X86_INLINE Acc madd(Acc acc, const float* a, Vec v) { return _mm256_fmadd_ps(_mm256_load_ps(a), v, acc); }
+  static MOE_X86_INLINE Acc scaled(Acc acc, Acc s, Acc total) { return _mm256_fmadd_ps(acc, s, total); }
+
+  // Once per tile row: a plain reduction is as fast as any here.
+  template <int NR>
+  static MOE_X86_INLINE void store(const Acc (&total)[NR], float* c, int nb) {
+    for (int q = 0; q < nb; ++q) {
+      __m128 x = _mm_add_ps(_mm256_castps256_ps128(total[q]), _mm256_extractf128_ps(total[q], 1));
+      x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+      c[q] = _mm_cvtss_f32(_mm_add_ss(x, _mm_movehdup_ps(x)));
+    }
+  }
+};
+
+// Up to this many rows of a, MXFP4 is widened in registers; more rows widen
+// each tile once for gemm_bf16.
+constexpr int kMxfp4TileRows = 4;
+
+}  // namespace
+
+bool avx2::gemm_bf16_mxfp4_takes(int64_t m) { return m <= kMxfp4TileRows; }
+
+void avx2::gemm_bf16_mxfp4(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
+                           int64_t ldb, const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmBF16Mxfp4);
+  x86::gemm_bf16_mxfp4_with<FmaMxfp4>(m, n, k, a, lda, b, ldb, scale, scale_ld, c, ldc);
+}
+
+void avx2::mxfp4_to_bf16(int64_t cols, const uint8_t* src, const uint8_t* scale, uint16_t* dst) {
+  MOE_KERNEL_USE(kMxfp4ToBF16);
+  // Exact in bf16: its bits are the top halves.
+  mxfp4_row(cols, src, scale, dst, [](uint16_t* d, __m256 v0, __m256 v1) {
+    const __m256i halves = _mm256_packus_epi32(_mm256_srli_epi32(_mm256_castps_si256(v0), 16),
+                                               _mm256_srli_epi32(_mm256_castps_si256(v1), 16));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm256_permute4x64_epi64(halves, 0xd8));
+  });
+}
+
+void avx2::mxfp4_to_f32(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst) {
+  MOE_KERNEL_USE(kMxfp4ToF32);
+  mxfp4_row(cols, src, scale, dst, [](float* d, __m256 v0, __m256 v1) {
+    _mm256_storeu_ps(d, v0);
+    _mm256_storeu_ps(d + 8, v1);
+  });
+}
+
+}  // namespace moe_xarch

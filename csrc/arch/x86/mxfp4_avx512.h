@@ -1,0 +1,56 @@
+// What the fused MXFP4 GEMMs of the avx512 and avx512_bf16 levels share
+// (mxfp4_tiles.h's Op, but for the values' type, decode and madd): a step is
+// 128 values of K, one 64-byte load of b, whose 128-bit lanes are its 4
+// blocks of 32; both levels' lookups keep every value in its block's lane,
+// so the scales apply lane by lane: lane l of 16 to block l / 4.
+// Templates in an anonymous namespace, as avx512_reduce.h. No C++ library headers.
+#pragma once
+#if !(defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__))
+#error "compiled only under the avx512 level flags and above (sources.cmake)"
+#endif
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "arch/x86/inline.h"
+
+namespace moe_xarch::x86 {
+namespace {
+
+struct Mxfp4StepAvx512 {
+  static constexpr int64_t kStep = 128;
+  using Acc = __m512;
+
+  // The step's first `bytes` (a multiple of 16) bytes of b; zeros, value 0, past them.
+  static MOE_X86_INLINE __m512i load(const uint8_t* b, int64_t bytes) {
+    return bytes == 64 ? _mm512_loadu_si512(b) : _mm512_maskz_loadu_epi8((__mmask64{1} << bytes) - 1, b);
+  }
+
+  static MOE_X86_INLINE Acc zero() { return _mm512_setzero_ps(); }
+
+  // The step's `values` (a multiple of 32) bf16 values of a row of a, in four
+  // vectors; zeros past them.
+  static MOE_X86_INLINE void load_a(const uint16_t* a, int64_t values, __m512i (&x)[4]) {
+    for (int j = 0; j < 4; ++j) x[j] = 32 * j < values ? _mm512_loadu_si512(a + 32 * j) : _mm512_setzero_si512();
+  }
+
+  // 2^(s - 127) for the blocks' scales s, by lane; scalef keeps s = 0's
+  // 2^-127 (subnormal) exact. Blocks past the row's end read as s = 0.
+  static MOE_X86_INLINE Acc scales(const uint8_t* s, int64_t blocks) {
+    const __m128i bytes = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << blocks) - 1), s);
+    const __m128i spread = _mm_shuffle_epi8(bytes, _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
+    const __m128i exponent = _mm_sub_epi8(spread, _mm_set1_epi8(127));  // in [-127, 127]: an int8
+    return _mm512_scalef_ps(_mm512_set1_ps(1.f), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(exponent)));
+  }
+
+  static MOE_X86_INLINE Acc scaled(Acc acc, Acc s, Acc total) { return _mm512_fmadd_ps(acc, s, total); }
+
+  // Once per tile row: a plain reduction is as fast as any here.
+  template <int NR>
+  static MOE_X86_INLINE void store(const Acc (&total)[NR], float* c, int nb) {
+    for (int q = 0; q < nb; ++q) c[q] = _mm512_reduce_add_ps(total[q]);
+  }
+};
+
+}  // namespace
+}  // namespace moe_xarch::x86
