@@ -4,8 +4,11 @@ The suite runs unchanged on every architecture and ISA level: natively once per
 MOE_XARCH_ISA level, and on aarch64 under QEMU, so shapes stay tiny.
 """
 
+import dataclasses
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,43 @@ import torch
 # on these tiny shapes. test_fused_experts.py::test_parallel_* turns threads back
 # on where the kernel's work splitting is under test.
 torch.set_num_threads(1)
+
+
+LEVEL_RUNNER = Path(__file__).with_name("level_runner.py")
+
+
+@dataclasses.dataclass(frozen=True)
+class LevelRun:
+    """What level_runner.py said in a process forced to one level."""
+
+    returncode: int
+    stderr: str
+    isa: str | None  # what moe_xarch.isa() reported; None: it did not get that far
+    outcomes: dict[str, str]  # method name -> outcome, for the methods it got to
+
+    def failure(self) -> str:
+        """Why a fact may be missing, for an assertion's message."""
+        return f"level_runner.py exited with {self.returncode}: {self.stderr}"
+
+
+@pytest.fixture(scope="session")
+def forced_levels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, LevelRun]:
+    """One level_runner.py process per level this CPU supports, forced to it, the best
+    level's first (it packs the weights the others use): the forces_levels tests read
+    their facts from these few processes instead of starting one per fact."""
+    import moe_xarch
+
+    directory = tmp_path_factory.mktemp("forced-levels")
+    levels = moe_xarch.supported_isas()
+    runs = {}
+    for level in [levels[-1], *levels[:-1]]:
+        options = ["--pack"] if level == levels[-1] else []
+        child = subprocess.run([sys.executable, str(LEVEL_RUNNER), str(directory), *options],
+                               env={**os.environ, "MOE_XARCH_ISA": level}, capture_output=True, text=True)
+        facts = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
+        runs[level] = LevelRun(child.returncode, child.stderr, next((f["isa"] for f in facts if "isa" in f), None),
+                               {f["method"]: f["outcome"] for f in facts if "method" in f})
+    return {level: runs[level] for level in levels}
 
 
 def _runs_no_tests(config: pytest.Config) -> bool:

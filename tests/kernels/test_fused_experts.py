@@ -11,8 +11,10 @@ MOE_XARCH_TEST_STRENGTH=full runs the full product.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import zlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,6 +27,10 @@ from moe_xarch.testing import (
     covering_array,
     make_moe_problem,
 )
+
+_spec = importlib.util.spec_from_file_location("level_runner", Path(__file__).with_name("level_runner.py"))
+level_runner = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(level_runner)
 
 METHODS = {
     "unquant": MoeCompMethod.UNQUANT,
@@ -303,57 +309,24 @@ def test_packed_tile_layout(method: int, tokens: int) -> None:
         assert_matches_reference(actual, expected, method, torch.bfloat16)
 
 
-_PACK_UNDER_BEST_LEVEL = """
-import sys, torch, moe_xarch
-from moe_xarch import reference
-from moe_xarch.testing import make_moe_problem
-problem = make_moe_problem(5, 64, 64, 2, 2, torch.bfloat16, int(sys.argv[2]), seed=15)
-torch.save({"kwargs": problem.kwargs(packed=True), "expected": problem.run(reference.fused_experts)}, sys.argv[1])
-"""
-
-_USE_UNDER_LEVEL = """
-import sys, torch, moe_xarch
-from moe_xarch.testing import assert_matches_reference
-saved = torch.load(sys.argv[1], weights_only=False)
-try:
-    actual = moe_xarch.fused_experts(**saved["kwargs"])
-except RuntimeError as error:
-    print(error)
-else:
-    assert_matches_reference(actual, saved["expected"], int(sys.argv[2]), torch.bfloat16)
-    print("same answer")
-"""
-
-
 @pytest.mark.forces_levels
-# Both 4-bit methods pack alike (packed_layout.h); one of them spares a process per level under QEMU.
-@pytest.mark.parametrize("method", [*METHODS.values(), ALL_METHODS["int4"]], ids=[*METHODS, "int4"])
-def test_weights_packed_under_one_level_run_or_are_refused_under_another(method: int, tmp_path) -> None:
+@pytest.mark.parametrize("method", list(level_runner.PACKED_METHODS))
+def test_weights_packed_under_one_level_run_or_are_refused_under_another(method: str, forced_levels) -> None:
     """Weights packed under the best level give the reference's answer under every
     level, or are refused by name - never misread. The avx512_bf16 and amx levels
     pack bf16 and int8 weights in their tile layout and fp8 in their line layout,
     which levels that read rows must refuse."""
-    import subprocess
-    import sys
-
-    path = str(tmp_path / "problem.pt")
-
-    def run(code: str, isa: str) -> str:
-        return subprocess.run([sys.executable, "-c", code, path, str(int(method))],
-                              env={**os.environ, "MOE_XARCH_ISA": isa},
-                              capture_output=True, text=True, check=True).stdout.strip()
-
-    levels = moe_xarch.supported_isas()
-    run(_PACK_UNDER_BEST_LEVEL, levels[-1])
+    levels = list(forced_levels)
     tile_levels = ("avx512_bf16", "amx")
-    in_tiles = method in METHODS.values()  # 4-bit weights pack as rows everywhere (packing.h)
-    for level in levels:
-        outcome = run(_USE_UNDER_LEVEL, level)
+    in_tiles = level_runner.PACKED_METHODS[method] in METHODS.values()  # 4-bit weights pack as rows everywhere
+    for level, run in forced_levels.items():
+        assert method in run.outcomes, (level, run.failure())
+        outcome = run.outcomes[method]
         if in_tiles and levels[-1] in tile_levels and level not in tile_levels:
-            layout = "line" if method == MoeCompMethod.FP8_W8A16 else "tile"
+            layout = "line" if method == "fp8" else "tile"
             assert f"was packed in the {layout} layout of the avx512_bf16 and amx levels" in outcome, (level, outcome)
         else:
-            assert outcome == "same answer", (level, outcome)
+            assert outcome == level_runner.SAME_ANSWER, (level, outcome)
 
 
 @BOTH_LAYOUTS
