@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +24,15 @@ def built_against() -> str:
         if match is None:
             raise RuntimeError(f"MOE_TORCH_DIR: {version_file} does not give __version__")
         return match.group(1)
+    # The installed package's metadata, not an import of torch: under QEMU (an
+    # emulated build) that import alone takes 10-20 s.
     try:
-        import torch
-    except ImportError as exc:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError as exc:
         raise RuntimeError(
-            "moe-xarch builds against the installed torch, but torch cannot be "
-            "imported. Install torch first, then: pip install --no-build-isolation ."
+            "moe-xarch builds against the installed torch, but no torch is installed "
+            "here. Install torch first, then: pip install --no-build-isolation ."
         ) from exc
-    return torch.__version__
 
 
 def torch_requirement() -> str:
