@@ -5,6 +5,7 @@ MOE_XARCH_ISA level, and on aarch64 under QEMU, so shapes stay tiny.
 """
 
 import dataclasses
+import fcntl
 import json
 import os
 import subprocess
@@ -37,17 +38,12 @@ class LevelRun:
         return f"level_runner.py exited with {self.returncode}: {self.stderr}"
 
 
-@pytest.fixture(scope="session")
-def forced_levels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, LevelRun]:
-    """One level_runner.py process per level this CPU supports, forced to it, the best
-    level's first (it packs the weights the others use): the forces_levels tests read
-    their facts from these few processes instead of starting one per fact."""
+def _run_every_level(directory: Path) -> dict[str, LevelRun]:
     import moe_xarch
 
-    directory = tmp_path_factory.mktemp("forced-levels")
     levels = moe_xarch.supported_isas()
     runs = {}
-    for level in [levels[-1], *levels[:-1]]:
+    for level in [levels[-1], *levels[:-1]]:  # the best level packs the weights the others use
         options = ["--pack"] if level == levels[-1] else []
         child = subprocess.run([sys.executable, str(LEVEL_RUNNER), str(directory), *options],
                                env={**os.environ, "MOE_XARCH_ISA": level}, capture_output=True, text=True)
@@ -55,6 +51,26 @@ def forced_levels(tmp_path_factory: pytest.TempPathFactory) -> dict[str, LevelRu
         runs[level] = LevelRun(child.returncode, child.stderr, next((f["isa"] for f in facts if "isa" in f), None),
                                {f["method"]: f["outcome"] for f in facts if "method" in f})
     return {level: runs[level] for level in levels}
+
+
+@pytest.fixture(scope="session")
+def forced_levels(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, LevelRun]:
+    """One level_runner.py process per level this CPU supports, forced to it: the
+    forces_levels tests read their facts from these few processes instead of starting
+    one per fact. Under pytest-xdist the first worker to ask starts them and the
+    others read what they said."""
+    root = tmp_path_factory.getbasetemp()
+    if hasattr(request.config, "workerinput"):
+        root = root.parent  # the session's, shared by its workers
+    said = root / "forced-levels.json"
+    with open(root / "forced-levels.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not said.exists():
+            directory = root / "forced-levels"
+            directory.mkdir()
+            runs = _run_every_level(directory)
+            said.write_text(json.dumps({level: dataclasses.asdict(run) for level, run in runs.items()}))
+    return {level: LevelRun(**fields) for level, fields in json.loads(said.read_text()).items()}
 
 
 def _runs_no_tests(config: pytest.Config) -> bool:
