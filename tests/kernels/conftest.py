@@ -22,43 +22,50 @@ torch.set_num_threads(1)
 
 
 LEVEL_RUNNER = Path(__file__).with_name("level_runner.py")
+# A level no library has: its process must refuse it by name.
+UNKNOWN_LEVEL = "no-such-level"
 
 
 @dataclasses.dataclass(frozen=True)
 class LevelRun:
-    """What level_runner.py said in a process forced to one level."""
+    """What level_runner.py's process forced to one level said."""
 
-    returncode: int
+    exit: int | None  # its exit code, a signal's number negated; None: the runner did not get to it
     stderr: str
     isa: str | None  # what moe_xarch.isa() reported; None: it did not get that far
     outcomes: dict[str, str]  # method name -> outcome, for the methods it got to
 
     def failure(self) -> str:
         """Why a fact may be missing, for an assertion's message."""
-        return f"level_runner.py exited with {self.returncode}: {self.stderr}"
+        return f"its process exited with {self.exit}: {self.stderr}"
 
 
 def _run_every_level(directory: Path) -> dict[str, LevelRun]:
     import moe_xarch
 
     levels = moe_xarch.supported_isas()
+    order = [levels[-1], *levels[:-1], UNKNOWN_LEVEL]  # the best level packs the weights the others use
+    runner = subprocess.run([sys.executable, str(LEVEL_RUNNER), str(directory), *order],
+                            capture_output=True, text=True)
+    facts = [json.loads(line) for line in runner.stdout.splitlines() if line.startswith("{")]
     runs = {}
-    for level in [levels[-1], *levels[:-1]]:  # the best level packs the weights the others use
-        options = ["--pack"] if level == levels[-1] else []
-        child = subprocess.run([sys.executable, str(LEVEL_RUNNER), str(directory), *options],
-                               env={**os.environ, "MOE_XARCH_ISA": level}, capture_output=True, text=True)
-        facts = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
-        runs[level] = LevelRun(child.returncode, child.stderr, next((f["isa"] for f in facts if "isa" in f), None),
-                               {f["method"]: f["outcome"] for f in facts if "method" in f})
-    return {level: runs[level] for level in levels}
+    for level in order:
+        said = [fact for fact in facts if fact["level"] == level]
+        stderr = directory / f"{level}.stderr"
+        runs[level] = LevelRun(
+            next((fact["exit"] for fact in said if "exit" in fact), None),
+            stderr.read_text() if stderr.exists() else f"level_runner.py: {runner.returncode}: {runner.stderr}",
+            next((fact["isa"] for fact in said if "isa" in fact), None),
+            {fact["method"]: fact["outcome"] for fact in said if "method" in fact})
+    return runs
 
 
 @pytest.fixture(scope="session")
 def forced_levels(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, LevelRun]:
-    """One level_runner.py process per level this CPU supports, forced to it: the
-    forces_levels tests read their facts from these few processes instead of starting
-    one per fact. Under pytest-xdist the first worker to ask starts them and the
-    others read what they said."""
+    """A process forced to each level this CPU supports, and one to UNKNOWN_LEVEL,
+    all forked by one level_runner.py: the forces_levels tests read their facts from
+    these instead of starting a Python per fact. Under pytest-xdist the first worker
+    to ask starts them and the others read what they said."""
     root = tmp_path_factory.getbasetemp()
     if hasattr(request.config, "workerinput"):
         root = root.parent  # the session's, shared by its workers

@@ -316,10 +316,11 @@ def test_weights_packed_under_one_level_run_or_are_refused_under_another(method:
     level, or are refused by name - never misread. The avx512_bf16 and amx levels
     pack bf16 and int8 weights in their tile layout and fp8 in their line layout,
     which levels that read rows must refuse."""
-    levels = list(forced_levels)
+    levels = moe_xarch.supported_isas()
     tile_levels = ("avx512_bf16", "amx")
-    in_tiles = level_runner.PACKED_METHODS[method] in METHODS.values()  # 4-bit weights pack as rows everywhere
-    for level, run in forced_levels.items():
+    in_tiles = MoeCompMethod[level_runner.PACKED_METHODS[method]] in METHODS.values()  # 4-bit: rows everywhere
+    for level in levels:
+        run = forced_levels[level]
         assert method in run.outcomes, (level, run.failure())
         outcome = run.outcomes[method]
         if in_tiles and levels[-1] in tile_levels and level not in tile_levels:
