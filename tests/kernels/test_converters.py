@@ -126,6 +126,7 @@ def test_gptq(group: int, checkpoint_format: str) -> None:
     _check_int4_converter(lambda layer: _convert_gptq(layer, checkpoint_format), group, zero_range)
 
 
+@pytest.mark.level_independent  # the converter alone
 def test_gptq_sym_and_consecutive_g_idx() -> None:
     """A "sym" checkpoint: zero point 8 everywhere (stored 7), g_idx = i // G."""
     gen = torch.Generator().manual_seed(3)
@@ -134,6 +135,7 @@ def test_gptq_sym_and_consecutive_g_idx() -> None:
     assert torch.equal(zero, torch.full((E, N, K // 32), 8, dtype=torch.uint8))
 
 
+@pytest.mark.level_independent  # the converter alone
 def test_awq_nibble_order_is_the_interleaved_one() -> None:
     """One int32 of AWQ: nibble i holds output column [0, 2, 4, 6, 1, 3, 5, 7][i]."""
     word = sum(v << (4 * i) for i, v in enumerate([1, 2, 3, 4, 5, 6, 7, 8]))  # nibble i holds i + 1
@@ -184,6 +186,7 @@ def _gptq_layer(**overrides: Any) -> dict[str, Any]:
     return layer | overrides
 
 
+@pytest.mark.level_independent  # the converters' own checks
 @pytest.mark.parametrize(
     "convert, arguments, names",
     [

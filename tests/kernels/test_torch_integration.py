@@ -78,6 +78,7 @@ FOUR_BIT_PROBLEMS = {name: problem for name, problem in PROBLEMS.items()
                      if problem.moe_comp_method in (moe_xarch.MoeCompMethod.INT4_W4A8, moe_xarch.MoeCompMethod.MXFP4)}
 
 
+@pytest.mark.level_independent  # meta tensors: the fake kernel, Python
 @pytest.mark.parametrize("name", FOUR_BIT_PROBLEMS)
 def test_fake_kernel_of_4bit_methods_gives_the_output_under_torch_compile(name: str) -> None:
     """The wrapper and the fake kernel trace the 4-bit methods whole (fullgraph),
@@ -123,6 +124,7 @@ FAKE_BAD_INPUTS = [
 ]
 
 
+@pytest.mark.level_independent
 @pytest.mark.parametrize("method, overrides, names", [case[1:] for case in FAKE_BAD_INPUTS],
                          ids=[case[0] for case in FAKE_BAD_INPUTS])
 def test_fake_kernel_refuses_bad_4bit_inputs_by_name(method: int, overrides: dict, names: str) -> None:
@@ -132,6 +134,7 @@ def test_fake_kernel_refuses_bad_4bit_inputs_by_name(method: int, overrides: dic
         moe_xarch.fused_experts(**kwargs)
 
 
+@pytest.mark.level_independent
 @pytest.mark.parametrize("method", [INT4, MXFP4], ids=lambda m: m.name)
 def test_fake_kernel_of_packed_4bit_weights_reads_n_from_the_scales(method: int) -> None:
     kwargs = _on_meta(make_moe_problem(3, K, N, E, 2, torch.float32, method).kwargs())
