@@ -3,7 +3,7 @@
 A foreign-architecture build image carries a cross compiler for its own
 architecture built to run on an x86_64 host, with its own loader and libraries
 (docker/install-host-compiler.sh puts it at PREFIX). On an x86_64 host this
-builder is cibuildwheel's ordinary build in that image (Python, pip, the build
+builder is cibuildwheel's ordinary build in that image (Python, pypa/build, the build
 backend, CMake and auditwheel under QEMU) with CC and CXX naming that compiler,
 which the kernel runs natively: the compiles, nearly all of the build's time,
 run at native speed. On a host of the target's own architecture the same image
