@@ -154,6 +154,45 @@ class RunRecord:
         return cls(target.arch, target.runner, "-", "-", "", 1, 0.0, "", why, builder, stage)
 
 
+def verb(stage: str) -> str:
+    """What the console and the step log call a run of the stage."""
+    return "test" if stage == "full" else stage
+
+
+def run_once(
+    run: SuiteRun,
+    builder: str,
+    *,
+    test_image: str,
+    wheel: Path,
+    repo: Path,
+    report_dir: Path,
+    pytest_args: list[str],
+    stage: str = "full",
+) -> RunRecord:
+    """One run in a container of its own, its reports in report_dir (which exists):
+    its record, also written there as run.json."""
+    name = containers.container_name("test", run.name)
+    command = docker_run_command(run, image=test_image, wheel=wheel, repo=repo, report_dir=report_dir,
+                                 name=name, pytest_args=pytest_args)
+    start = time.monotonic()
+    try:
+        exit_code = console.run_streamed(
+            command, f"{verb(stage)} {run.name}", check=False,
+            timeout=RUN_TIMEOUT_SECONDS if stage == "full" else CANARY_TIMEOUT_SECONDS,
+        )
+    finally:
+        containers.remove(name)
+    isa_file = report_dir / "isa.txt"
+    record = RunRecord(
+        run.target.arch, run.target.runner, run.cpu, run.isa,
+        isa_file.read_text().strip() if isa_file.exists() else "",
+        exit_code, time.monotonic() - start, str(report_dir), builder=builder, stage=stage,
+    )
+    (report_dir / "run.json").write_text(json.dumps(dataclasses.asdict(record), indent=2) + "\n")
+    return record
+
+
 def run_suite(
     target: Target,
     builder: str,
@@ -186,7 +225,6 @@ def run_suite(
             console.note(f"{target.arch}: the library supports {unlisted}, not in the table's isa-levels")
     else:
         supported = None
-    verb = "test" if stage == "full" else stage
     runs = planned_runs(target, supported)
     scopes = designated(run.run_id(builder) for run in runs)
     # Under QEMU much of a run is one process at a time (pip, torch's import, collection):
@@ -197,29 +235,13 @@ def run_suite(
     def one_run(run: SuiteRun) -> RunRecord:
         report_dir = target_reports / run.name
         report_dir.mkdir(parents=True)
-        name = containers.container_name("test", run.name)
-        command = docker_run_command(
-            run, image=test_image, wheel=wheel, repo=repo, report_dir=report_dir, name=name,
-            pytest_args=["-n", "1" if side_by_side else str(os.cpu_count() or 1),
-                         *marker_expression(stage, scopes[run.run_id(builder)]), *pytest_args],
-        )
-        with steps.step(f"{verb} {run.target.arch} ({builder}) {run.cpu} {run.isa}"):
-            start = time.monotonic()
-            try:
-                exit_code = console.run_streamed(
-                    command, f"{verb} {run.name}", check=False,
-                    timeout=RUN_TIMEOUT_SECONDS if stage == "full" else CANARY_TIMEOUT_SECONDS,
-                )
-            finally:
-                containers.remove(name)
-            wall = time.monotonic() - start
-        isa_file = report_dir / "isa.txt"
-        record = RunRecord(
-            target.arch, target.runner, run.cpu, run.isa,
-            isa_file.read_text().strip() if isa_file.exists() else "",
-            exit_code, wall, str(report_dir), builder=builder, stage=stage,
-        )
-        (report_dir / "run.json").write_text(json.dumps(dataclasses.asdict(record), indent=2) + "\n")
+        with steps.step(f"{verb(stage)} {run.target.arch} ({builder}) {run.cpu} {run.isa}"):
+            record = run_once(
+                run, builder, test_image=test_image, wheel=wheel, repo=repo, report_dir=report_dir,
+                pytest_args=["-n", "1" if side_by_side else str(os.cpu_count() or 1),
+                             *marker_expression(stage, scopes[run.run_id(builder)]), *pytest_args],
+                stage=stage,
+            )
         if on_run:
             on_run(record)
         return record
