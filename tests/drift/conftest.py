@@ -12,7 +12,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def scratch_tree() -> Callable[[Path], Path]:
     """copy(destination): the tracked files of the tree, copied to destination."""
 

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.drift.support import drift_source
+
 # Minutes of native build: its own session (drift-native), after the matrix in the
 # test command, so that `nox -s tests` stays quick and the canaries start early.
 pytestmark = pytest.mark.native_build
@@ -100,10 +102,7 @@ def test_a_level_running_a_lower_levels_kernel_fails_the_kernel_use_test(tmp_pat
     pristine = run_suite(tree, build_dir, site, drift.level, KERNEL_USE_TEST)
     assert pristine.returncode == 0, pristine.stdout + pristine.stderr
 
-    source = tree / drift.source
-    text = source.read_text()
-    assert text.count(drift.pristine) == 1, f"{drift.source} no longer has the KernelSet this proof edits"
-    source.write_text(text.replace(drift.pristine, drift.drifted))
+    drift_source(tree, drift.source, drift.pristine, drift.drifted)
     build(tree, build_dir)
 
     drifted = run_suite(tree, build_dir, site, drift.level, KERNEL_USE_TEST)
