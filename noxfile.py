@@ -46,7 +46,8 @@ def tests(session: nox.Session) -> None:
     # The drift proofs cross-compile; the scratch suite runs use xdist; the version
     # tests ask setuptools-scm: the pinned backend.
     session.install(*suite.host_test_requirements(), "packaging", *tools.backend_requirements())
-    session.run("pytest", "tests/harness", "tests/drift", "-m", "not native_build", *session.posargs)
+    session.run("pytest", "tests/harness", "tests/drift", "-m", "not native_build and not emulated_build",
+                *session.posargs)
 
 
 @nox.session(name="drift-native")
@@ -56,6 +57,14 @@ def drift_native(session: nox.Session) -> None:
 
     session.install(*suite.host_test_requirements(), native.host_torch_requirement(), *tools.backend_requirements())
     session.run("pytest", "tests/drift", "-m", "native_build", *session.posargs)
+
+
+@nox.session(name="drift-emulated")
+def drift_emulated(session: nox.Session) -> None:
+    """Drift proofs under QEMU: a cross-built aarch64 level handing out another's kernel, or dropping a tail, fails the suite."""
+    # The cross build's backend; the test image the matrix makes (or this session, if missing).
+    session.install(*suite.host_test_requirements(), *tools.backend_requirements())
+    session.run("pytest", "tests/drift", "-m", "emulated_build", *session.posargs)
 
 
 @nox.session(default=False)
