@@ -51,8 +51,8 @@ class Drift:
 
 RUNS_DOTPRODS_INT8_GEMM = Drift(
     name="runs-dotprods-int8-gemm",
-    pristine="static const KernelSet kernels{gemm_f32_neon, gemm_bf16_i8mm, gemm_s8_i8mm};",
-    drifted="static const KernelSet kernels{gemm_f32_neon, gemm_bf16_i8mm, gemm_s8_dotprod};",
+    pristine=".gemm_s8 = gemm_s8_i8mm,",
+    drifted=".gemm_s8 = gemm_s8_dotprod,",
     selection="test_the_level_runs_its_own_kernels and int8",
 )
 # The int8 numbers the drift leaves right (test_fused_experts.py's int8 cases).
