@@ -48,7 +48,10 @@ runner = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(runner)
 
 UNQUANT, INT8, FP8 = MoeCompMethod.UNQUANT, MoeCompMethod.INT8_W8A8, MoeCompMethod.FP8_W8A16
-METHODS = (UNQUANT, INT8, FP8)
+INT4, MXFP4 = MoeCompMethod.INT4_W4A8, MoeCompMethod.MXFP4
+FOUR_BIT = (INT4, MXFP4)
+SCALED = (INT8, FP8, *FOUR_BIT)
+METHODS = (UNQUANT, *SCALED)
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 CLEAR_ERRORS = ("RuntimeError", "ValueError", "TypeError")
 CALL_TIMEOUT = float(os.environ.get("MOE_XARCH_PROPERTY_TIMEOUT", "60"))
@@ -298,18 +301,25 @@ def _name(dtype: torch.dtype) -> str:
 @st.composite
 def problems(draw: st.DrawFn, *, small: bool = False, methods: tuple[int, ...] = METHODS,
              bias: bool | None = None, ids_dtype: torch.dtype | None = None,
-             block_sizes: tuple[tuple[int, int], ...] = BLOCK_SIZES) -> Problem:
+             block_sizes: tuple[tuple[int, int], ...] = BLOCK_SIZES, zero_points: bool | None = None) -> Problem:
     """A valid call. ``small``: unpacked weights, every dimension >= 2 and tiny
-    (K <= 32, N <= 16: the base of the other calls); ``bias``/``ids_dtype``:
-    fixed instead of drawn."""
+    (K <= 32, N <= 16, or the 4-bit methods' K <= 64, N = 32: the base of the other
+    calls); ``bias``/``ids_dtype``/``zero_points`` (INT4_W4A8's): fixed instead of drawn."""
     method = draw(st.sampled_from(methods))
     dtype = draw(st.sampled_from(DTYPES))
+    # The 4-bit methods reduce over K and N in groups of 32.
+    four_bit = method in FOUR_BIT
     if small:
-        M, K, N, E, topk = draw(st.integers(2, 4)), draw(st.sampled_from((16, 32))), draw(st.sampled_from((8, 16))), 3, 2
+        M, E, topk = draw(st.integers(2, 4)), 3, 2
+        K = draw(st.sampled_from((32, 64) if four_bit else (16, 32)))
+        N = 32 if four_bit else draw(st.sampled_from((8, 16)))
     else:
         M = draw(st.integers(1, 9))
-        K = draw(st.one_of(st.sampled_from((32, 64)), st.integers(1, 80)))
-        N = draw(st.one_of(st.sampled_from((16, 32)), st.integers(1, 40)))
+        if four_bit:
+            K, N = 32 * draw(st.integers(1, 5)), 32 * draw(st.integers(1, 2))
+        else:
+            K = draw(st.one_of(st.sampled_from((32, 64)), st.integers(1, 80)))
+            N = draw(st.one_of(st.sampled_from((16, 32)), st.integers(1, 40)))
         E = draw(st.integers(1, 6))
         topk = draw(st.integers(1, E))
     seed = draw(st.integers(0, 2**16))
@@ -319,14 +329,22 @@ def problems(draw: st.DrawFn, *, small: bool = False, methods: tuple[int, ...] =
     else:
         bias_dtype = draw(st.sampled_from(FLOAT_DTYPES)) if bias else None
     ids_dtype = ids_dtype or draw(st.sampled_from((torch.int32, torch.int64)))
+    group_size = 32
+    if method == INT4:
+        group_size = draw(st.sampled_from([g for g in range(32, min(K, N) + 1, 32) if K % g == N % g == 0]))
+        if zero_points is None:
+            zero_points = draw(st.booleans())
     made = make_moe_problem(M, K, N, E, topk, dtype, method, bias=bias_dtype is not None, seed=seed,
-                            block_size=block_size, ids_dtype=ids_dtype, bias_dtype=bias_dtype)
+                            block_size=block_size, group_size=group_size, zero_points=zero_points is not False,
+                            ids_dtype=ids_dtype, bias_dtype=bias_dtype)
     kwargs = dict(made.arguments, inplace=draw(st.booleans()), is_vnni=False)
     call = draw(st.sampled_from(("op", "wrapper")))
     notes = [f"{call}: {MoeCompMethod(method).name} {_name(dtype)} M={M} K={K} N={N} E={E} topk={topk} "
              f"seed={seed} ids={_name(ids_dtype)}"]
     if method == FP8:
         notes.append(f"block_size={list(block_size)}")
+    if method == INT4:
+        notes.append(f"group_size={group_size}" + ("" if zero_points else ", no zero points"))
     if bias_dtype is not None:
         drop = None if bias else draw(st.sampled_from((None, "w1_bias", "w2_bias")))
         if drop:
@@ -370,6 +388,7 @@ class Mutation:
     methods: tuple[int, ...] = METHODS
     bias: bool | None = None
     ids_dtype: torch.dtype | None = None
+    zero_points: bool | None = None
 
 
 def _set(name: str, make: Callable[[Problem], Any], note: str) -> Callable[[Problem], Problem]:
@@ -408,7 +427,8 @@ def _other_float(t: torch.Tensor) -> torch.dtype:
 # Per tensor argument: dtypes it must refuse (functions of the valid tensor).
 BAD_DTYPES: dict[str, tuple[Callable[[torch.Tensor], torch.dtype], ...]] = {
     "hidden_states": (lambda t: torch.float64, lambda t: torch.int32, lambda t: torch.float8_e4m3fn),
-    "w1": (lambda t: _other_float(t) if t.is_floating_point() and t.element_size() > 1 else torch.uint8,
+    "w1": (lambda t: _other_float(t) if t.is_floating_point() and t.element_size() > 1
+           else torch.int8 if t.dtype == torch.uint8 else torch.uint8,
            lambda t: torch.int32),
     "w2": (lambda t: torch.float8_e5m2 if t.dtype == torch.float8_e4m3fn else torch.int16,),
     "topk_weights": (lambda t: torch.int32, lambda t: torch.bool),
@@ -417,13 +437,16 @@ BAD_DTYPES: dict[str, tuple[Callable[[torch.Tensor], torch.dtype], ...]] = {
     "w2_scale": (lambda t: torch.float64,),
     "w1_bias": (lambda t: torch.int32,),
     "w2_bias": (lambda t: torch.int8,),
+    "w1_zero": (lambda t: torch.int32,),
+    "w2_zero": (lambda t: torch.int8,),
 }
-SCALES, BIASES = ("w1_scale", "w2_scale"), ("w1_bias", "w2_bias")
+SCALES, BIASES, ZEROS = ("w1_scale", "w2_scale"), ("w1_bias", "w2_bias"), ("w1_zero", "w2_zero")
 
 
 def _tensor_mutations(name: str) -> list[Mutation]:
     """Wrong dtypes, ranks, layout and device for the tensor argument ``name``."""
-    where = {"methods": (INT8, FP8)} if name in SCALES else {"bias": True} if name in BIASES else {}
+    where = ({"methods": SCALED} if name in SCALES else {"bias": True} if name in BIASES
+             else {"methods": (INT4,), "zero_points": True} if name in ZEROS else {})
     own = (name,)
     return [
         *(Mutation(f"{name}-dtype{i}", lambda p, bad=bad: p.with_(
@@ -448,6 +471,15 @@ def _zero_point(rows: str) -> Callable[[Problem], Problem]:
     return change
 
 
+def _byte_set(name: str, value: int) -> Callable[[Problem], Problem]:
+    """The last byte of the uint8 tensor ``name`` set to ``value``."""
+    def change(p: Problem) -> Problem:
+        t = p.kwargs[name].clone()
+        t.view(-1)[-1] = value
+        return p.with_(f"{name}[-1, -1, -1] = {value}", **{name: t})
+    return change
+
+
 MUTATIONS: list[Mutation] = [
     *(m for name in BAD_DTYPES for m in _tensor_mutations(name)),
     # E/K/N mismatches
@@ -459,8 +491,10 @@ MUTATIONS: list[Mutation] = [
     Mutation("w2-E-1", _shorter("w2", 0), ("w2", "w1")),
     Mutation("topk_weights-topk-1", _shorter("topk_weights", 1), ("topk_weights", "topk_ids")),
     Mutation("topk_ids-M-1", _shorter("topk_ids", 0), ("topk_ids", "topk_weights", "hidden_states")),
-    Mutation("w1_scale-rows-1", _shorter("w1_scale", 1), ("w1_scale",), methods=(INT8, FP8)),
-    Mutation("w2_scale-E-1", _shorter("w2_scale", 0), ("w2_scale",), methods=(INT8, FP8)),
+    Mutation("w1_scale-rows-1", _shorter("w1_scale", 1), ("w1_scale",), methods=SCALED),
+    Mutation("w2_scale-E-1", _shorter("w2_scale", 0), ("w2_scale",), methods=SCALED),
+    Mutation("w2_scale-groups-1", _shorter("w2_scale", 2), ("w2_scale",), methods=FOUR_BIT),
+    Mutation("w1_zero-groups-1", _shorter("w1_zero", 2), ("w1_zero",), methods=(INT4,), zero_points=True),
     Mutation("w1_bias-rows-1", _shorter("w1_bias", 1), ("w1_bias",), bias=True),
     Mutation("w2_bias-E-1", _shorter("w2_bias", 0), ("w2_bias",), bias=True),
     # ids
@@ -469,12 +503,14 @@ MUTATIONS: list[Mutation] = [
     Mutation("topk_ids=2**62", _ids_with(lambda p: 2**62, "2**62"), ("topk_ids",), ids_dtype=torch.int64),
     Mutation("topk_ids=-2**31", _ids_with(lambda p: -(2**31), "-2**31"), (), expect="result"),
     # scales, zero points, block_size, method
-    *(Mutation(f"{name}-missing", _set(name, lambda p: None, f"{name}=None"), (name,), methods=(INT8, FP8))
+    *(Mutation(f"{name}-missing", _set(name, lambda p: None, f"{name}=None"), (name,), methods=SCALED)
       for name in SCALES),
     Mutation("w1_scale-for-UNQUANT", _set("w1_scale", lambda p: torch.ones(p.dims()["E"], 2 * p.dims()["N"]),
                                           "w1_scale given"), ("w1_scale",), methods=(UNQUANT,)),
-    Mutation("w1_zero", _zero_point("w1"), ("w1_zero",)),
-    Mutation("w2_zero", _zero_point("w2"), ("w2_zero",)),
+    *(Mutation(f"{rows}_zero-for-{MoeCompMethod(m).name}", _zero_point(rows), (f"{rows}_zero",), methods=(m,))
+      for rows in ("w1", "w2") for m in METHODS if m != INT4),
+    Mutation("w2_zero=16", _byte_set("w2_zero", 16), ("w2_zero",), methods=(INT4,), zero_points=True),
+    Mutation("w1_scale=255", _byte_set("w1_scale", 255), ("w1_scale",), methods=(MXFP4,)),
     Mutation("block_size-missing", _set("block_size", lambda p: None, "block_size=None"), ("block_size",),
              methods=(FP8,)),
     *(Mutation(f"block_size={bs}", _set("block_size", lambda p, bs=bs: bs, f"block_size={bs}"),
@@ -519,7 +555,8 @@ MUTATIONS: list[Mutation] = [
 @settings(max_examples=2, **SETTINGS)
 def test_invalid_calls_name_an_argument(sandbox: Sandbox, mutation: Mutation, data: st.DataObject) -> None:
     problem = data.draw(problems(small=True, methods=mutation.methods, bias=mutation.bias,
-                                 ids_dtype=mutation.ids_dtype), label="valid problem")
+                                 ids_dtype=mutation.ids_dtype, zero_points=mutation.zero_points),
+                        label="valid problem")
     run_case(sandbox, mutation.change(problem), mutation.expect, mutation.names)
 
 
@@ -530,15 +567,20 @@ ZERO_DIMS = ("M", "K", "N", "E", "topk")
 
 def _zero_axes(method: int) -> dict[str, dict[str, int]]:
     """Per dimension: the arguments that carry it, and where."""
+    grouped = {"N": {"w1_scale": 1, "w1_zero": 1, "w2_scale": 2, "w2_zero": 2},
+               "K": {"w1_scale": 2, "w1_zero": 2, "w2_scale": 1, "w2_zero": 1}}
     scale_axes = {
         INT8: {"N": {"w1_scale": 1}, "K": {"w2_scale": 1}},
         FP8: {"N": {"w1_scale": 1, "w2_scale": 2}, "K": {"w1_scale": 2, "w2_scale": 1}},
+        INT4: grouped,
+        MXFP4: grouped,
     }.get(method, {})
     axes = {
         "M": {"hidden_states": 0, "topk_ids": 0, "topk_weights": 0},
         "K": {"hidden_states": 1, "w1": 2, "w2": 1, "w2_bias": 1},
         "N": {"w1": 1, "w2": 2, "w1_bias": 1},
-        "E": {"w1": 0, "w2": 0, "w1_bias": 0, "w2_bias": 0, "w1_scale": 0, "w2_scale": 0},
+        "E": {"w1": 0, "w2": 0, "w1_bias": 0, "w2_bias": 0, "w1_scale": 0, "w2_scale": 0, "w1_zero": 0,
+              "w2_zero": 0},
         "topk": {"topk_ids": 1, "topk_weights": 1},
     }
     for dim, extra in scale_axes.items():
@@ -563,10 +605,13 @@ def zero_size_calls(draw: st.DrawFn, dim: str, packed: bool) -> tuple[Problem, s
         overrides["topk_ids"] = torch.full_like(overrides.get("topk_ids", problem.kwargs["topk_ids"]), -1)
     problem = problem.with_(" ".join(f"{d}=0" for d in zero), **overrides)
     if {"K", "N", "E"} & set(zero):
-        # Zero-size weights hold no values to dequantize: the same math unquantized.
-        w1, w2 = (problem.kwargs[n].float() for n in ("w1", "w2"))
+        # Zero-size weights hold no values to dequantize: the same math unquantized
+        # (4-bit weights hold two values per byte: the float ones at their logical shape).
+        d = problem.dims()
         problem = dataclasses.replace(problem, reference_overrides=dict(
-            moe_comp_method=int(UNQUANT), w1=w1, w2=w2, w1_scale=None, w2_scale=None, block_size=None))
+            moe_comp_method=int(UNQUANT), w1=torch.zeros(d["E"], 2 * d["N"], d["K"]),
+            w2=torch.zeros(d["E"], d["K"], d["N"]), w1_scale=None, w2_scale=None, w1_zero=None, w2_zero=None,
+            block_size=None))
     if packed:
         problem = problem.packed()
     names = {n for d in zero for n in axes[d]} | {"topk_ids", "weight"}
@@ -751,7 +796,8 @@ CONVERT_CHANGES = [
     ("int32", lambda w, m: (w.int(), m), "error"),
     ("noncontiguous", lambda w, m: (w.transpose(1, 2), m), "error"),
     ("other-method", lambda w, m: (w, int(FP8 if m == INT8 else INT8)), "error"),
-    *((f"method={m}", lambda w, _, m=m: (w, m), "error") for m in (3, 4, 5, -1, 2**63 - 1)),
+    ("4-bit-method-for-other", lambda w, m: (w, int(INT8 if m in FOUR_BIT else INT4)), "error"),
+    *((f"method={m}", lambda w, _, m=m: (w, m), "error") for m in (5, -1, 2**63 - 1)),
 ]
 
 
