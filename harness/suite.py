@@ -62,7 +62,7 @@ def planned_runs(target: Target, supported_isas: list[str] | None = None) -> lis
     if target.runner == "qemu":
         return [
             SuiteRun(target, model.name, model.isa,
-                     (("QEMU_CPU", model.name), (f"{ENV_PREFIX}_EXPECT_ISA", model.isa)))
+                     (("QEMU_CPU", model.qemu_cpu), (f"{ENV_PREFIX}_EXPECT_ISA", model.isa)))
             for model in target.cpu_models
         ]
     supported = supported_isas or []

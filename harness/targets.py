@@ -64,8 +64,14 @@ SECTIONS = ("targets", "allowed-differences")
 
 @dataclasses.dataclass(frozen=True)
 class CpuModel:
-    name: str  # QEMU_CPU
+    name: str  # QEMU's CPU model
     isa: str  # the kernel path moe_xarch.isa() must report under it
+    options: str = ""  # QEMU's properties of the model, "key=value,..."
+
+    @property
+    def qemu_cpu(self) -> str:
+        """QEMU_CPU: the model with its properties."""
+        return ",".join(filter(None, (self.name, self.options)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,6 +127,7 @@ _KEYS: dict[str, tuple[str, type, bool]] = {
     "base-image": ("base_image", str, False),
     "isa-levels": ("isa_levels", list, False),
     "cpu-models": ("cpu_models", dict, False),
+    "qemu-cpu-options": ("qemu_cpu_options", dict, False),
     "builders": ("builders", list, False),
 }
 
@@ -182,9 +189,13 @@ def _parse_target(arch: str, row: Mapping[str, Any]) -> Target:
     fields["python_versions"] = versions
 
     isa_levels = tuple(fields.get("isa_levels", ()))
-    cpu_models = tuple(
-        CpuModel(name, isa) for name, isa in fields.get("cpu_models", {}).items()
-    )
+    options = fields.pop("qemu_cpu_options", {})
+    models = fields.get("cpu_models", {})
+    for name, value in options.items():
+        one_of(f"{where} qemu-cpu-options", "CPU model", name, models)
+        if not isinstance(value, str):
+            raise TableError(f"{where}: qemu-cpu-options values must be strings of QEMU properties ({name})")
+    cpu_models = tuple(CpuModel(name, isa, options.get(name, "")) for name, isa in models.items())
     if fields["runner"] == "native":
         if cpu_models:
             raise TableError(f"{where}: cpu-models apply to runner = \"qemu\" only")

@@ -46,6 +46,8 @@ def _row(table, arch: str, **changes) -> dict:
         ("x86_64", {"cpu-models": {"max": "x"}}, "cpu-models apply to runner = \"qemu\" only"),
         ("x86_64", {"isa-levels": None}, "a native target needs isa-levels"),
         ("aarch64", {"builders": "cross"}, "builders must be a list, not str"),
+        ("aarch64", {"qemu-cpu-options": {"a72": "x=1"}}, "qemu-cpu-options: unknown CPU model 'a72'; known: cortex-a72"),
+        ("aarch64", {"qemu-cpu-options": {"max": 16}}, "qemu-cpu-options values must be strings"),
     ],
 )
 def test_bad_rows_are_rejected_with_a_hint(make_table, arch, changes, message):
@@ -53,6 +55,13 @@ def test_bad_rows_are_rejected_with_a_hint(make_table, arch, changes, message):
         parse_targets(make_table(**{arch: _row(make_table, arch, **changes)}))
     assert message in str(error.value)
     assert f"[tool.moe-xarch.targets.{arch}]" in str(error.value)
+
+
+def test_a_models_qemu_options_go_with_it_into_qemu_cpu(make_table):
+    row = _row(make_table, "aarch64", **{"qemu-cpu-options": {"max": "sve-default-vector-length=16"}})
+    models = parse_targets(make_table(aarch64=row))["aarch64"].cpu_models
+    assert [m.qemu_cpu for m in models] == ["cortex-a72", "neoverse-n1", "max,sve-default-vector-length=16"]
+    assert [m.name for m in models] == ["cortex-a72", "neoverse-n1", "max"]
 
 
 def test_unknown_architecture_is_rejected(make_table):

@@ -82,7 +82,7 @@ def test_install_from_the_index_and_run_the_op(arch: str, published: Index, test
     target = TARGETS[arch]
     version = str(parse_wheel_filename(tested_release.wheels[arch].name)[1])
     image = _test_image(target)
-    env = [f"--env=QEMU_CPU={target.cpu_models[-1].name}"] if target.runner == "qemu" else []
+    env = [f"--env=QEMU_CPU={target.cpu_models[-1].qemu_cpu}"] if target.runner == "qemu" else []
     name = containers.container_name("publish-smoke", arch)
     # Only the local index: the image's torch must satisfy the wheel's torch pin, or
     # pip fails to find a torch there; pip check confirms what got installed.
