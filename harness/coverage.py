@@ -8,9 +8,14 @@ under reports/coverage/<arch>/<level>/ through GCOV_PREFIX (inside the
 container, into the mounted report dir). gcovr reads each set with the arch's
 gcov; the table, coverage.json and coverage.md go to reports/coverage/.
 
-The verdict: under each level, the level's own kernel file (gemm_<level>.cpp),
-and over all of an arch's runs together, the files they share (csrc/arch/<arch>/*.h,
-csrc/core/), have no line left unexecuted that UNREACHABLE does not explain.
+Each run runs the parts of the suite the test sessions' plan gives it (harness/verdict.py,
+designated()): the level-independent tests once per arch; the CPU models side by side, as
+there.
+
+The verdict: under each level, the level's own kernel files (those CMake compiles for it,
+moe_level_source), and over all of an arch's runs together, the files they share
+(csrc/arch/<arch>/*.h, csrc/core/), have no line left unexecuted that UNREACHABLE does
+not explain.
 """
 
 from __future__ import annotations
@@ -22,13 +27,16 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness import console, containers, cross, images, suite
 from harness.paths import COVERAGE_BUILD, COVERAGE_REPORTS, IMAGE_CONTEXTS, REPO
 from harness.project import ENV_PREFIX, SUPPORTED_ISAS
 from harness.targets import ARCHES, Target, load_targets, select
+from harness.verdict import designated
 
 GCOVR = "gcovr==8.8"
 KERNEL_FILES = ("csrc/arch/*/gemm_*.cpp", "csrc/generic/gemm_*.cpp", "csrc/arch/*/*.h", "csrc/core/*.cpp",
@@ -92,11 +100,25 @@ def gcov_env(prefix: str, build_dir: Path) -> dict[str, str]:
     return {"GCOV_PREFIX": prefix, "GCOV_PREFIX_STRIP": str(len(build_dir.resolve().parts) - 1)}
 
 
-def own_file(arch: str, level: str) -> str:
-    """The kernel file a level brings: its GEMMs, which no other level runs."""
-    if level == "generic":
-        return "csrc/generic/gemm_generic.cpp"
-    return f"csrc/arch/{ARCHES[arch].sources}/gemm_{level}.cpp"
+# CMake names each kernel file's level where it sets the file's ISA flags.
+LEVEL_SOURCE = re.compile(r"^\s*moe_level_source\(\s*(\S+)\s+(\w+)", re.MULTILINE)
+
+
+def level_sources(root: Path = REPO) -> dict[str, str]:
+    """Kernel file -> the level it is compiled for, as the build declares it
+    (moe_level_source in CMakeLists.txt and csrc/arch/*/sources.cmake)."""
+    found: dict[str, str] = {}
+    for cmake in [root / "CMakeLists.txt", *sorted(root.glob("csrc/arch/*/sources.cmake"))]:
+        for path, level in LEVEL_SOURCE.findall(cmake.read_text()):
+            found[path] = level
+    return found
+
+
+def own_files(arch: str, level: str, declared: Mapping[str, str]) -> list[str]:
+    """The kernel files a level brings (its GEMMs, its 4-bit kernels), which only its run
+    is sure to reach: those of its arch's folder declared for it (generic's: csrc/generic/)."""
+    folder = "csrc/generic/" if level == "generic" else f"csrc/arch/{ARCHES[arch].sources}/"
+    return sorted(path for path, owner in declared.items() if owner == level and path.startswith(folder))
 
 
 def shared_files(arch: str, files: Iterable[str]) -> list[str]:
@@ -193,11 +215,11 @@ class Gap:
 
 
 def gaps(arch: str, runs: Mapping[str, dict[str, FileCoverage]], sources: Path = REPO) -> list[Gap]:
-    """Uncovered lines of each level's own file under it, and of the shared files over all runs."""
+    """Uncovered lines of each level's own files under it, and of the shared files over all runs."""
+    declared = level_sources(sources)
     checked: list[tuple[str, str, FileCoverage]] = []
     for level, files in runs.items():
-        if own_file(arch, level) in files:
-            checked.append((level, own_file(arch, level), files[own_file(arch, level)]))
+        checked += [(level, path, files[path]) for path in own_files(arch, level, declared) if path in files]
     union: dict[str, FileCoverage] = {}
     for files in runs.values():
         for path, coverage in files.items():
@@ -310,6 +332,15 @@ def _fresh(directory: Path) -> Path:
     return directory
 
 
+BUILDER = "coverage"  # what the plan's run ids name as the wheel's maker
+
+
+def _selections(runs: Sequence[suite.SuiteRun]) -> dict[str, list[str]]:
+    """Each run's marker expression (by run name), as the test sessions plan them."""
+    scopes = designated(run.run_id(BUILDER) for run in runs)
+    return {run.name: suite.marker_expression("full", scopes[run.run_id(BUILDER)]) for run in runs}
+
+
 def native_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], outcome: Outcome) -> None:
     """Instrumented build into bin_dir's venv, then the suite once per level this CPU has."""
     build_dir = COVERAGE_BUILD / target.arch
@@ -318,23 +349,26 @@ def native_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], outco
                           *config_settings(build_dir), str(REPO)], f"build {target.arch} coverage")
     supported = subprocess.run([python, "-c", SUPPORTED_ISAS],
                                check=True, capture_output=True, text=True).stdout.split()
-    runs = outcome.runs.setdefault(target.arch, {})
     for level in target.isa_levels:
         if level not in supported:
             outcome.not_run[f"{target.arch} {level}"] = "this CPU lacks it"
-            continue
-        gcda = _fresh(COVERAGE_REPORTS / target.arch / level)
-        env = {f"{ENV_PREFIX}_ISA": level, f"{ENV_PREFIX}_EXPECT_ISA": level, **gcov_env(str(gcda), build_dir)}
+    runs = outcome.runs.setdefault(target.arch, {})
+    planned = suite.planned_runs(target, supported)
+    selections = _selections(planned)
+    for run in planned:
+        gcda = _fresh(COVERAGE_REPORTS / target.arch / run.isa)
+        env = {**dict(run.env), **gcov_env(str(gcda), build_dir)}
         command = [python, "-m", "pytest", "tests/kernels", "-p", "no:cacheprovider", *_workers(target.runner),
-                   *pytest_args]
-        code = console.run_streamed(command, f"coverage {target.arch} {level}", env=env, cwd=REPO, check=False)
+                   *selections[run.name], *pytest_args]
+        code = console.run_streamed(command, f"coverage {run.name}", env=env, cwd=REPO, check=False)
         if code != 0:
-            outcome.failed.append(f"{target.arch} {level}")
-        runs[level] = read_run(str(bin_dir / "gcovr"), "gcov", build_dir, gcda)
+            outcome.failed.append(f"{target.arch} {run.isa}")
+        runs[run.isa] = read_run(str(bin_dir / "gcovr"), "gcov", build_dir, gcda)
 
 
 def emulated_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], outcome: Outcome) -> None:
-    """Cross-built instrumented wheel, then the suite under each CPU model in the test image."""
+    """Cross-built instrumented wheel, then the suite under each CPU model in the test image,
+    the models side by side (each in one process: see _workers)."""
     build_dir = COVERAGE_BUILD / target.arch
     wheels = _fresh(COVERAGE_BUILD / f"{target.arch}-wheel")
     cross.ensure_compiler(target)
@@ -343,23 +377,32 @@ def emulated_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], out
         f"build {target.arch} coverage", env=cross.cross_env(REPO, target, cross.torch_dir(target)))
     (wheel,) = wheels.glob("*.whl")
     image = images.ensure_images(target, IMAGE_CONTEXTS, console.StepLog(), upto="test")["test"].tag
-    runs = outcome.runs.setdefault(target.arch, {})
-    for run in suite.planned_runs(target):
+    planned = suite.planned_runs(target)
+    selections = _selections(planned)
+
+    def one_run(run: suite.SuiteRun) -> tuple[suite.SuiteRun, int | None]:
         report_dir = _fresh(COVERAGE_REPORTS / target.arch / run.isa)
         counted = dataclasses.replace(run, env=(*run.env, *gcov_env("/report/gcda", build_dir).items()))
         name = containers.container_name("coverage", run.name)
         command = suite.docker_run_command(
             counted, image=image, wheel=wheel, repo=REPO, report_dir=report_dir, name=name,
-            pytest_args=[*_workers(target.runner), *pytest_args])
+            pytest_args=[*_workers(target.runner), *selections[run.name], *pytest_args])
+        start = time.monotonic()
         try:
             code = console.run_streamed(command, f"coverage {run.name}", check=False,
                                         timeout=suite.RUN_TIMEOUT_SECONDS)
         finally:
             containers.remove(name)
-        if code != 0:
-            outcome.failed.append(f"{target.arch} {run.cpu} {run.isa}")
-        runs[run.isa] = read_run(str(bin_dir / "gcovr"), f"{target.cross_triplet}-gcov", build_dir,
-                                 report_dir / "gcda")
+        print(f"coverage {run.name}: {time.monotonic() - start:.0f} s", flush=True)
+        return run, code
+
+    runs = outcome.runs.setdefault(target.arch, {})
+    with ThreadPoolExecutor(max_workers=max(1, len(planned))) as pool:
+        for run, code in pool.map(one_run, planned):
+            if code != 0:
+                outcome.failed.append(f"{target.arch} {run.cpu} {run.isa}")
+            runs[run.isa] = read_run(str(bin_dir / "gcovr"), f"{target.cross_triplet}-gcov", build_dir,
+                                     COVERAGE_REPORTS / target.arch / run.isa / "gcda")
 
 
 def main(bin_dir: Path, arches: Sequence[str], pytest_args: Sequence[str]) -> bool:

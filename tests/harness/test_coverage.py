@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness import coverage, cross
+from harness import coverage, cross, suite
 from harness.targets import load_targets
 
 
@@ -30,13 +30,28 @@ def test_the_cross_build_passes_the_settings_to_the_backend(tmp_path):
     assert argv[argv.index("-C") + 1] == "x=1" and argv[-1] == str(tmp_path / "tree")
 
 
-def test_every_level_of_the_table_has_its_own_kernel_file(repo_root):
+def test_every_level_of_the_table_has_its_own_kernel_files(repo_root):
     targets = load_targets(repo_root / "pyproject.toml")
     levels = [("x86_64", level) for level in targets["x86_64"].isa_levels]
     levels += [("aarch64", model.isa) for model in targets["aarch64"].cpu_models]
+    declared = coverage.level_sources(repo_root)
     for arch, level in levels:
-        assert (repo_root / coverage.own_file(arch, level)).is_file(), (arch, level)
-        assert coverage.is_kernel_file(coverage.own_file(arch, level))
+        files = coverage.own_files(arch, level, declared)
+        assert files, (arch, level)
+        for path in files:
+            assert (repo_root / path).is_file() and coverage.is_kernel_file(path), (arch, level, path)
+
+
+def test_a_levels_own_files_are_those_the_build_compiles_for_it(repo_root):
+    declared = coverage.level_sources(repo_root)
+    assert coverage.own_files("x86_64", "avx512", declared) == [
+        "csrc/arch/x86/gemm_avx512.cpp", "csrc/arch/x86/gemm_int4_avx512.cpp", "csrc/arch/x86/gemm_mxfp4_avx512.cpp"]
+    assert coverage.own_files("x86_64", "generic", declared) == [
+        "csrc/generic/gemm_generic.cpp", "csrc/generic/gemm_int4_generic.cpp"]
+    assert coverage.own_files("aarch64", "i8mm", declared) == ["csrc/arch/arm/gemm_i8mm.cpp"]
+    # every kernel file the build compiles for a level is some level's own
+    compiled = {path for path in declared if coverage.is_kernel_file(path)}
+    assert compiled == set(declared)
 
 
 def test_shared_files_are_the_arch_header_and_the_driver():
@@ -70,6 +85,9 @@ def test_instantiations_of_a_line_are_merged_and_their_branches_kept_apart():
 
 def write_sources(root: Path) -> None:
     for path, text in {
+        "CMakeLists.txt": "moe_level_source(csrc/generic/gemm_generic.cpp generic)\n",
+        "csrc/arch/arm/sources.cmake": "moe_level_source(csrc/arch/arm/gemm_neon.cpp neon -march=armv8-a)\n"
+                                       "  moe_level_source(csrc/arch/arm/gemm_i8mm.cpp i8mm\n  -march=x)\n",
         "csrc/arch/arm/gemm_i8mm.cpp": "a\nk tail\n",
         "csrc/arch/arm/gemm_neon.cpp": "a\nb\n",
         "csrc/core/checks.cpp": "TORCH_INTERNAL_ASSERT(x);\nok\nnever\n",
@@ -134,3 +152,12 @@ def test_a_reason_can_hold_for_the_lines_after_the_one_it_matches():
     rule = coverage.Unreachable("a.cpp", r"^if \(tiles\) \{$", "why", lines=3)
     text = ["a", "if (tiles) {", "  b;", "  c;", "}", "if (tiles) {"]
     assert coverage.reasons("x86_64", "a.cpp", text, [rule]) == {2: "why", 3: "why", 4: "why", 6: "why", 7: "why", 8: "why"}
+
+
+def test_the_runs_select_the_tests_the_test_sessions_plan_gives_them(repo_root):
+    targets = load_targets(repo_root / "pyproject.toml")
+    arm = coverage._selections(suite.planned_runs(targets["aarch64"]))
+    assert arm == {"aarch64-a64fx-neon": [], "aarch64-neoverse-n1-dotprod": ["-m", "not level_independent"],
+                   "aarch64-max-i8mm": ["-m", "not level_independent"]}
+    x86 = coverage._selections(suite.planned_runs(targets["x86_64"], ["generic", "avx2"]))
+    assert x86 == {"x86_64-host-generic": [], "x86_64-host-avx2": ["-m", "not forces_levels and not level_independent"]}
