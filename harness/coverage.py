@@ -47,13 +47,15 @@ CMAKE_SETTING = f"cmake.define.{ENV_PREFIX}_COVERAGE=ON"
 @dataclasses.dataclass(frozen=True)
 class Unreachable:
     """Uncovered lines of `files` (a glob) on `arch`: each line whose text matches `text` (a regex)
-    and the `lines` - 1 after it; and why."""
+    and the `lines` - 1 after it; and why. With `missing_level`, only when that level had no
+    run (a CPU without it)."""
 
     files: str
     text: str
     reason: str
     arch: str = "*"
     lines: int = 1
+    missing_level: str = ""
 
 
 # Lines no run on these machines can execute. Matched by their text, not their
@@ -70,7 +72,7 @@ UNREACHABLE = (
     Unreachable("csrc/core/activations.h", r"^inline uint16_t to_bf16_bits\(float value\)",
                 "inlined at every use: gcov counts the out-of-line copy, which nothing calls"),
     Unreachable("csrc/arch/x86/e4m3_bf16.h", r"return reinterpret_cast<__m512i>\(half\); \}\);",
-                "the exact fp8 widening of AMX tiles: this CPU has no AMX", arch="x86_64"),
+                "the exact fp8 widening of AMX tiles: this CPU has no AMX", arch="x86_64", missing_level="amx"),
     Unreachable("csrc/core/methods.cpp", r'^default: return "unknown";',
                 "method_name is asked only of a method check_method accepted (0 to 4)"),
     *(Unreachable(path, text, "the tile and line layouts and the fused fp8 GEMM are x86 levels' "
@@ -188,12 +190,16 @@ def parse_gcovr(data: Mapping) -> dict[str, FileCoverage]:
     return files
 
 
-def reasons(arch: str, path: str, text: Sequence[str],
+def reasons(arch: str, path: str, text: Sequence[str], levels_run: Iterable[str] = (),
             unreachable: Sequence[Unreachable] = UNREACHABLE) -> dict[int, str]:
-    """Line number -> why it cannot run, for the lines of path (its text, one line an item)."""
+    """Line number -> why it cannot run, for the lines of path (its text, one line an item),
+    after runs of levels_run."""
     found: dict[int, str] = {}
+    ran = set(levels_run)
     for rule in unreachable:
         if not (fnmatch.fnmatch(arch, rule.arch) and fnmatch.fnmatch(path, rule.files)):
+            continue
+        if rule.missing_level and rule.missing_level in ran:
             continue
         for index, line in enumerate(text):
             if re.search(rule.text, line.strip()):
@@ -228,7 +234,7 @@ def gaps(arch: str, runs: Mapping[str, dict[str, FileCoverage]], sources: Path =
     found = []
     for level, path, coverage in checked:
         text = (sources / path).read_text().splitlines()
-        why = reasons(arch, path, text)
+        why = reasons(arch, path, text, runs)
         for number in coverage.uncovered():
             found.append(Gap(arch, level, path, number, text[number - 1].strip(), why.get(number, "")))
     return found

@@ -151,7 +151,7 @@ def test_a_reason_holds_only_on_the_arch_it_names():
 def test_a_reason_can_hold_for_the_lines_after_the_one_it_matches():
     rule = coverage.Unreachable("a.cpp", r"^if \(tiles\) \{$", "why", lines=3)
     text = ["a", "if (tiles) {", "  b;", "  c;", "}", "if (tiles) {"]
-    assert coverage.reasons("x86_64", "a.cpp", text, [rule]) == {2: "why", 3: "why", 4: "why", 6: "why", 7: "why", 8: "why"}
+    assert coverage.reasons("x86_64", "a.cpp", text, unreachable=[rule]) == {2: "why", 3: "why", 4: "why", 6: "why", 7: "why", 8: "why"}
 
 
 def test_the_runs_select_the_tests_the_test_sessions_plan_gives_them(repo_root):
@@ -161,3 +161,9 @@ def test_the_runs_select_the_tests_the_test_sessions_plan_gives_them(repo_root):
                    "aarch64-max-i8mm": ["-m", "not level_independent"]}
     x86 = coverage._selections(suite.planned_runs(targets["x86_64"], ["generic", "avx2"]))
     assert x86 == {"x86_64-host-generic": [], "x86_64-host-avx2": ["-m", "not forces_levels and not level_independent"]}
+
+
+def test_a_reason_for_a_level_this_cpu_lacks_lapses_once_the_level_ran():
+    rule = coverage.Unreachable("a.cpp", r"^amx$", "no AMX here", missing_level="amx")
+    assert coverage.reasons("x86_64", "a.cpp", ["amx"], ["generic"], unreachable=[rule]) == {1: "no AMX here"}
+    assert coverage.reasons("x86_64", "a.cpp", ["amx"], ["generic", "amx"], unreachable=[rule]) == {}
