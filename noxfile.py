@@ -83,8 +83,9 @@ def coverage(session: nox.Session) -> None:
     """gcov line and branch coverage per kernel file and ISA level (-- --arch A); reports/coverage/."""
     from harness import coverage, native
 
+    # The suite's own pins (hypothesis for its property test), as in the test images.
     session.install(native.host_torch_requirement(), *tools.backend_requirements(),
-                    "numpy", "pytest", "pytest-xdist", coverage.GCOVR)
+                    *suite.host_test_requirements(), coverage.GCOVR)
     options = flows.parse_posargs(session.posargs)
     _run(session, coverage.main, Path(session.bin), options.arches, options.pytest_args)
 

@@ -117,3 +117,22 @@ def test_emulated_runs_run_side_by_side_and_an_interrupt_stops_them_all(arm, tmp
         suite.run_suite(arm, "cross", test_image="i", wheel=Path("/w.whl"), repo=Path("/repo"), reports=tmp_path,
                         steps=console.StepLog(), pytest_args=[])
     assert stopped == [True]
+
+
+def test_the_pins_hold_every_package_the_kernel_suite_imports(repo_root):
+    """The host sessions that run tests/kernels (coverage, drift) install these pins:
+    a package the suite imports and they lack fails its collection there only."""
+    import ast
+    import sys
+
+    pinned = {line.split("==")[0] for line in suite.host_test_requirements()}
+    ours = {"torch", "moe_xarch", *(path.stem for path in (repo_root / "tests" / "kernels").glob("*.py"))}
+    imported = set()
+    for path in (repo_root / "tests" / "kernels").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                imported.add(node.module.split(".")[0])
+    third_party = imported - ours - set(sys.stdlib_module_names) - {"__future__"}
+    assert third_party and third_party <= pinned, third_party - pinned
