@@ -90,7 +90,7 @@ def write_sources(root: Path) -> None:
                                        "  moe_level_source(csrc/arch/arm/gemm_i8mm.cpp i8mm\n  -march=x)\n",
         "csrc/arch/arm/gemm_i8mm.cpp": "a\nk tail\n",
         "csrc/arch/arm/gemm_neon.cpp": "a\nb\n",
-        "csrc/core/checks.cpp": "TORCH_INTERNAL_ASSERT(x);\nok\nnever\n",
+        "csrc/core/methods.cpp": "default: return \"unknown\";\nok\nnever\n",
     }.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
@@ -102,17 +102,17 @@ def test_gaps_are_own_files_per_level_and_shared_files_over_every_run(tmp_path):
     runs = {
         # neon's own file fully run; i8mm's run misses line 2 of its own file
         "neon": {"csrc/arch/arm/gemm_neon.cpp": fc({1: 1, 2: 1}), "csrc/arch/arm/gemm_i8mm.cpp": fc({1: 0, 2: 0}),
-                 "csrc/core/checks.cpp": fc({1: 0, 2: 1, 3: 0})},
-        "i8mm": {"csrc/arch/arm/gemm_i8mm.cpp": fc({1: 4, 2: 0}), "csrc/core/checks.cpp": fc({1: 0, 2: 0, 3: 0})},
+                 "csrc/core/methods.cpp": fc({1: 0, 2: 1, 3: 0})},
+        "i8mm": {"csrc/arch/arm/gemm_i8mm.cpp": fc({1: 4, 2: 0}), "csrc/core/methods.cpp": fc({1: 0, 2: 0, 3: 0})},
     }
     found = coverage.gaps("aarch64", runs, sources=tmp_path)
     assert [(g.level, g.file, g.line, g.text) for g in found] == [
         ("i8mm", "csrc/arch/arm/gemm_i8mm.cpp", 2, "k tail"),
-        ("all", "csrc/core/checks.cpp", 1, "TORCH_INTERNAL_ASSERT(x);"),
-        ("all", "csrc/core/checks.cpp", 3, "never"),
+        ("all", "csrc/core/methods.cpp", 1, 'default: return "unknown";'),
+        ("all", "csrc/core/methods.cpp", 3, "never"),
     ]
     assert [g.line for g in coverage.unexplained(found)] == [2, 3]
-    assert "defensive" in found[1].reason
+    assert "check_method" in found[1].reason
 
 
 def test_the_report_has_a_cell_per_file_and_level_and_lists_the_gaps(tmp_path):
@@ -167,3 +167,14 @@ def test_a_reason_for_a_level_this_cpu_lacks_lapses_once_the_level_ran():
     rule = coverage.Unreachable("a.cpp", r"^amx$", "no AMX here", missing_level="amx")
     assert coverage.reasons("x86_64", "a.cpp", ["amx"], ["generic"], unreachable=[rule]) == {1: "no AMX here"}
     assert coverage.reasons("x86_64", "a.cpp", ["amx"], ["generic", "amx"], unreachable=[rule]) == {}
+
+
+def test_every_reason_matches_lines_of_the_sources(repo_root):
+    """A rule whose text no longer matches (the code moved on) would explain nothing: say so."""
+    sources = [p.relative_to(repo_root).as_posix() for p in (repo_root / "csrc").rglob("*")
+               if p.is_file() and coverage.is_kernel_file(p.relative_to(repo_root).as_posix())]
+    for rule in coverage.UNREACHABLE:
+        arch = "aarch64" if rule.arch == "aarch64" else "x86_64"
+        matched = [path for path in sources if coverage.reasons(
+            arch, path, (repo_root / path).read_text().splitlines(), unreachable=[rule])]
+        assert matched, rule

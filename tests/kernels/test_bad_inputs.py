@@ -360,21 +360,26 @@ def _fnv1a(data: bytes) -> int:
 
 def test_weights_packed_on_another_architecture_are_refused() -> None:
     """A whole, self-consistent header (its checksum recomputed) that says another
-    architecture packed it: refused by name, since each architecture lays packs out its own way."""
+    architecture packed it, for each the header can name (PackArch in csrc/core/packing.h)
+    and a value none names: refused by that name, since each architecture lays packs out
+    its own way."""
     kwargs = make_moe_problem(2, 64, 32, 2, 1, torch.bfloat16, UNQUANT, seed=3).kwargs()
     w1 = moe_xarch.convert_weight_packed(kwargs["w1"], UNQUANT)
     kwargs.update(w2=moe_xarch.convert_weight_packed(kwargs["w2"], UNQUANT), is_vnni=True)
     arch_offset, checksum_offset = 12, 56  # PackedHeader in csrc/core/packing.h
     header = w1[0, :64].numpy().tobytes()
     this_arch = int.from_bytes(header[arch_offset:arch_offset + 4], "little")
-    other_arch = {1: 2, 2: 1}.get(this_arch, 1)  # x86_64 <-> aarch64; generic -> x86_64
-    forged = bytearray(header)
-    forged[arch_offset:arch_offset + 4] = other_arch.to_bytes(4, "little")
-    forged[checksum_offset:] = _fnv1a(bytes(forged[:checksum_offset])).to_bytes(8, "little")
-    moved = w1.clone()
-    moved[:, :64] = torch.frombuffer(forged, dtype=torch.uint8)
-    with pytest.raises(RuntimeError, match=r"\bw1 was packed on (x86_64|aarch64); repack it on this machine"):
-        moe_xarch.fused_experts(**kwargs | {"w1": moved})
+    names = {0: "generic", 1: "x86_64", 2: "aarch64", 7: "unknown"}
+    for other_arch, name in names.items():
+        if other_arch == this_arch:
+            continue
+        forged = bytearray(header)
+        forged[arch_offset:arch_offset + 4] = other_arch.to_bytes(4, "little")
+        forged[checksum_offset:] = _fnv1a(bytes(forged[:checksum_offset])).to_bytes(8, "little")
+        moved = w1.clone()
+        moved[:, :64] = torch.frombuffer(forged, dtype=torch.uint8)
+        with pytest.raises(RuntimeError, match=rf"\bw1 was packed on {name}; repack it on this machine"):
+            moe_xarch.fused_experts(**kwargs | {"w1": moved})
 
 
 @pytest.mark.level_independent
