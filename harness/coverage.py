@@ -73,9 +73,12 @@ UNREACHABLE = (
                 "the exact fp8 widening of AMX tiles: this CPU has no AMX", arch="x86_64", missing_level="amx"),
     Unreachable("csrc/core/methods.cpp", r'^default: return "unknown";',
                 "method_name is asked only of a method check_method accepted (0 to 4)"),
-    *(Unreachable(path, text, "the tile and line layouts and the fused fp8 GEMM are x86 levels' "
-                  "(KernelSet::reads_tiles, gemm_bf16_fp8): no aarch64 level has them", "aarch64", lines)
+    *(Unreachable(path, text, "the tile and line layouts and the fused fp8 and MXFP4 GEMMs are x86 levels' "
+                  "(KernelSet::reads_tiles, gemm_bf16_fp8, gemm_bf16_mxfp4): no aarch64 level has them",
+                  "aarch64", lines)
       for path, text, lines in (
+          ("csrc/core/expert_gemm.cpp", r"^t\.k = w_\.cols;  // blocks end at the logical width", 5),
+          ("csrc/core/expert_gemm.cpp", r"^kernels_\.gemm_bf16_mxfp4\(m, w\.rows", 3),
           ("csrc/core/expert_gemm.cpp", r"\(w_\.tiles \|\| kernels_\.gemm_bf16_fp8_takes\(m\)\)\) \{", 6),
           ("csrc/core/expert_gemm.cpp", r"\(w\.tiles \? kernels_\.gemm_bf16_fp8_tiles : kernels_\.gemm_bf16_fp8\)", 3),
           ("csrc/core/expert_gemm.cpp", r"fp8_line_row\(base \+ r / 16", 1),
@@ -91,10 +94,14 @@ UNREACHABLE = (
                 "zero_padding is called for bf16 and fp32 intermediates only (w1_activation.cpp): "
                 "store_row quantizes int8 ones, padding included"),
     *(Unreachable("csrc/core/dispatch.cpp", text,
-                  f"a refused {ENV_PREFIX}_ISA: only the processes tests/kernels/level_runner.py forks "
-                  "are started with one (test_registration.py asserts the refusal), and they leave by "
-                  "os._exit, before gcov writes their counts", lines=lines)
-      for text, lines in ((r"^std::string level_names\(", 8), (rf'^TORCH_CHECK\(false, "{ENV_PREFIX}_ISA="', 1))),
+                  f"a refused {ENV_PREFIX}_ISA (on aarch64, whose runs select their level by CPU model, "
+                  "any forced one): only the processes tests/kernels/level_runner.py forks are started "
+                  "with one (test_registration.py asserts what they do), and they leave by os._exit, "
+                  "before gcov writes their counts", arch, lines)
+      for text, lines, arch in ((r"^std::string level_names\(", 8, "*"),
+                                (rf'^TORCH_CHECK\(false, "{ENV_PREFIX}_ISA="', 1, "*"),
+                                (r"^for \(const IsaLevel& level : ladder\) \{$", 1, "aarch64"),
+                                (r"^if \(std::string\(level\.name\) != forced\) continue;$", 4, "aarch64"))),
 )
 
 
