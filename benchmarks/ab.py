@@ -8,7 +8,13 @@ the same inputs, each packs its own weights, and their calls are interleaved
 call by call, which goes first alternating (time_pairs). Reported per (shape, method, M,
 threads): the median ms of each, the ratio of medians (baseline / this build:
 above 1 is faster) and the spread of the ratios of paired calls (25th-75th
-percentile); and whether both builds' outputs are the same bytes.
+percentile); and whether both builds' outputs are the same bytes. Both builds
+must run at one ISA level (refused otherwise).
+
+An A/A (the same source against itself) gives the method's own spread: build a
+copy with the op and C++ namespaces renamed, both, since the project's inline
+variables (counting::kKindNames) are process-wide unique symbols; apart from
+those and torch's header code, two builds of different namespaces share no symbol.
 
     python -m benchmarks.moe_bench --baseline /path/to/other/_ops.so --methods bf16 int8 fp8 --tokens 1 128
 """
@@ -54,6 +60,14 @@ def own_namespace() -> str:
     """This build's namespace: the one its package registers (loaded on import)."""
     (name,) = namespaces_with(FUSED)
     return name
+
+
+def same_level(isas: dict[str, str]) -> None:
+    """Refuses builds at different levels: their ratio would measure the levels, not the change. Each
+    build is forced by its own name's variable; builds before the rename read MOE_KERNELS_ISA."""
+    if isas["this"] != isas["baseline"]:
+        raise SystemExit(f"--baseline: this build runs at {isas['this']}, the baseline at {isas['baseline']}; "
+                         "force both to one level (MOE_XARCH_ISA, and MOE_KERNELS_ISA for builds before the rename)")
 
 
 @dataclass
@@ -167,6 +181,7 @@ def format_table(results: list[AbResult], spaces: dict[str, str]) -> str:
 def main(args, shapes: dict[str, MoeShape]) -> int:
     spaces = {"this": own_namespace(), "baseline": load_baseline(args.baseline)}
     isas = {build: getattr(torch.ops, ns).isa() for build, ns in spaces.items()}
+    same_level(isas)
     print(f"A/B: this build torch.ops.{spaces['this']} (isa {isas['this']}) against "
           f"torch.ops.{spaces['baseline']} (isa {isas['baseline']}) from {args.baseline}", flush=True)
     results: list[AbResult] = []
