@@ -142,8 +142,8 @@ def run_shape(shape: MoeShape, methods: list[str], tokens_list: list[int], threa
             p1, p2, kw = packed[(build, method)]
             op = ops[build]
             args = lambda r: (x, p1, p2, *routings[r], False, int(METHODS[method]), kw.get("w1_scale"),  # noqa: E731
-                              kw.get("w2_scale"), None, None, kw.get("block_size"), b1, b2, act.get("alpha"),
-                              act.get("limit"), True)
+                              kw.get("w2_scale"), kw.get("w1_zero"), kw.get("w2_zero"), kw.get("block_size"),
+                              b1, b2, act.get("alpha"), act.get("limit"), True)
             return lambda r: getattr(op, FUSED)(*args(r))
 
         for threads in threads_list:

@@ -45,6 +45,7 @@ import torch.nn.functional as F
 import moe_xarch
 from benchmarks import sglang
 from moe_xarch import MoeCompMethod, quant, reference
+from moe_xarch.quant import MXFP4_BLOCK
 
 
 @dataclass(frozen=True)
@@ -66,12 +67,17 @@ SHAPES = {
     )
 }
 
-METHODS = {"bf16": MoeCompMethod.UNQUANT, "int8": MoeCompMethod.INT8_W8A8, "fp8": MoeCompMethod.FP8_W8A16}
-WEIGHT_BYTES = {"bf16": 2, "int8": 1, "fp8": 1}
+METHODS = {"bf16": MoeCompMethod.UNQUANT, "int8": MoeCompMethod.INT8_W8A8, "fp8": MoeCompMethod.FP8_W8A16,
+           "int4": MoeCompMethod.INT4_W4A8, "mxfp4": MoeCompMethod.MXFP4}
 BLOCK_SIZE = [128, 128]
+INT4_GROUP = 128  # AWQ's and GPTQ's usual group size
+# Bytes a weight value takes in the method's dtype, its scales (and zero points) included:
+# INT4_W4A8 a float32 scale and a uint8 zero per group, MXFP4 an E8M0 byte per 32.
+WEIGHT_BYTES = {"bf16": 2, "int8": 1, "fp8": 1, "int4": 0.5 + 5 / INT4_GROUP, "mxfp4": 0.5 + 1 / MXFP4_BLOCK}
+FOUR_BIT = ("int4", "mxfp4")
 SWIGLU = {"alpha": 1.702, "limit": 7.0}
 # Max |out - reference| / max |reference| for a contender to count as computing the same thing.
-TOLERANCE = {"bf16": 3e-2, "int8": 5e-2, "fp8": 3e-2}
+TOLERANCE = {"bf16": 3e-2, "int8": 5e-2, "fp8": 3e-2, "int4": 5e-2, "mxfp4": 3e-2}
 ROUTINGS = 16  # distinct routings cycled through, one per iteration
 ROOFLINE_GEMM = 2048  # the compute roofline's square GEMM size
 
@@ -105,16 +111,27 @@ def activation_kwargs(shape: MoeShape) -> dict[str, float]:
     return dict(SWIGLU) if shape.swiglu else {}
 
 
+QUANTIZERS = {
+    "int8": quant.quantize_int8_per_channel,
+    "fp8": lambda chunk: quant.quantize_fp8_block(chunk, BLOCK_SIZE),
+    "int4": lambda chunk: quant.quantize_int4(chunk, INT4_GROUP),  # with zero points, as AWQ has
+    "mxfp4": quant.quantize_mxfp4,
+}
+BLOCK_SIZES = {"fp8": BLOCK_SIZE, "int4": [1, INT4_GROUP]}
+
+
 def quantize(method: str, w: torch.Tensor) -> tuple[torch.Tensor, dict[str, object]]:
-    """Weights of a method, with their scales (as fused_experts kwargs), a few experts at a time."""
+    """Weights of a method, with their scales and zero points (as fused_experts kwargs), a few experts at a time."""
     if method == "bf16":
         return w, {}
-    fn = quant.quantize_int8_per_channel if method == "int8" else (
-        lambda chunk: quant.quantize_fp8_block(chunk, BLOCK_SIZE))
-    parts = [fn(w[e: e + 4].float()) for e in range(0, w.shape[0], 4)]
+    parts = [QUANTIZERS[method](w[e: e + 4].float()) for e in range(0, w.shape[0], 4)]
     q = torch.cat([p[0] for p in parts])
-    scale = torch.cat([p[1] for p in parts])
-    return q, {"scale": scale, **({"block_size": BLOCK_SIZE} if method == "fp8" else {})}
+    extra: dict[str, object] = {"scale": torch.cat([p[1] for p in parts])}
+    if len(parts[0]) > 2:
+        extra["zero"] = torch.cat([p[2] for p in parts])
+    if method in BLOCK_SIZES:
+        extra["block_size"] = BLOCK_SIZES[method]
+    return q, extra
 
 
 @dataclass
@@ -123,8 +140,9 @@ class MethodWeights:
 
     w1: torch.Tensor
     w2: torch.Tensor
-    kwargs: dict[str, object]  # w1_scale, w2_scale, block_size
+    kwargs: dict[str, object]  # w1_scale, w2_scale, w1_zero, w2_zero, block_size
     packed: dict[str, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    sglang_kwargs: dict[str, object] = field(default_factory=dict)  # its scales and zeros, as it packs them
 
 
 def prepare_method(method: str, w1: torch.Tensor, w2: torch.Tensor) -> MethodWeights:
@@ -133,9 +151,22 @@ def prepare_method(method: str, w1: torch.Tensor, w2: torch.Tensor) -> MethodWei
     kwargs: dict[str, object] = {}
     if extra1:
         kwargs = {"w1_scale": extra1["scale"], "w2_scale": extra2["scale"]}
+        if "zero" in extra1:
+            kwargs.update(w1_zero=extra1["zero"], w2_zero=extra2["zero"])
         if "block_size" in extra1:
             kwargs["block_size"] = extra1["block_size"]
     return MethodWeights(q1, q2, kwargs)
+
+
+def sglang_weights(sg_ops: object, method: str, w1: torch.Tensor, w2: torch.Tensor,
+                   kwargs: dict[str, object]) -> tuple[torch.Tensor, torch.Tensor, dict[str, object]]:
+    """SGLang's packed w1 and w2 with the scales and zeros in its layouts (benchmarks/sglang.py says which)."""
+    code = METHODS[method]
+    p1, s1, z1 = sglang.pack(sg_ops, code, w1, kwargs.get("w1_scale"), kwargs.get("w1_zero"))
+    p2, s2, z2 = sglang.pack(sg_ops, code, w2, kwargs.get("w2_scale"), kwargs.get("w2_zero"))
+    # Its INT4_W4A8 takes the group size from the scales' shape, and no block_size.
+    block_size = kwargs.get("block_size") if method == "fp8" else None
+    return p1, p2, {"w1_scale": s1, "w2_scale": s2, "w1_zero": z1, "w2_zero": z2, "block_size": block_size}
 
 
 def torch_baseline(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
@@ -203,8 +234,9 @@ def active_experts(topk_ids: torch.Tensor) -> int:
 
 
 def expert_bytes(shape: MoeShape, method: str) -> int:
-    """Bytes of one expert's w1 + w2 in the method's dtype (scales are negligible)."""
-    return 3 * shape.inter * shape.hidden * WEIGHT_BYTES[method]
+    """Bytes of one expert's w1 + w2 in the method's dtype, with the 4-bit methods' scales and zeros
+    (8-bit per-channel scales are negligible)."""
+    return round(3 * shape.inter * shape.hidden * WEIGHT_BYTES[method])
 
 
 def useful_flops(shape: MoeShape, tokens: int) -> float:
@@ -236,9 +268,11 @@ def verify(shape: MoeShape, method: str, weights: MethodWeights, b1: torch.Tenso
             is_vnni=True, **kwargs, **bias, **act),
     }
     if sg_ops is not None:
-        runs["sglang"] = lambda: sglang.fused_experts(
-            sg_ops, torch.empty_like(x), x, sglang.pack(sg_ops, w1), sglang.pack(sg_ops, w2), tw, ids,
-            METHODS[method], **kwargs, **bias, **act)
+        def run_sglang() -> torch.Tensor:
+            p1, p2, sg_kwargs = sglang_weights(sg_ops, method, w1, w2, kwargs)
+            return sglang.fused_experts(sg_ops, torch.empty_like(x), x, p1, p2, tw, ids, METHODS[method],
+                                        **sg_kwargs, **bias, **act)
+        runs["sglang"] = run_sglang
     checks = {}
     for name, run in runs.items():
         try:
@@ -329,7 +363,8 @@ def bench_shape(shape: MoeShape, methods: list[str], tokens_list: list[int], thr
         weights.packed["moe_xarch"] = (moe_xarch.convert_weight_packed(weights.w1, METHODS[method]),
                                          moe_xarch.convert_weight_packed(weights.w2, METHODS[method]))
         if sg_ops is not None and checks.get("sglang", {}).get("ok"):
-            weights.packed["sglang"] = (sglang.pack(sg_ops, weights.w1), sglang.pack(sg_ops, weights.w2))
+            p1, p2, weights.sglang_kwargs = sglang_weights(sg_ops, method, weights.w1, weights.w2, weights.kwargs)
+            weights.packed["sglang"] = (p1, p2)
             sg_methods.append(method)
         if method != "bf16":  # the raw quantized copy is no longer needed (the reference ran already)
             weights.w1 = weights.w2 = torch.empty(0)
@@ -355,7 +390,7 @@ def bench_shape(shape: MoeShape, methods: list[str], tokens_list: list[int], thr
         def sglang_call(method: str, weights: MethodWeights) -> Callable[[int], object]:
             p1, p2 = weights.packed["sglang"]
             return lambda r: sglang.fused_experts(sg_ops, out, x, p1, p2, *routings[r], METHODS[method],
-                                                  **weights.kwargs, **bias, **act)
+                                                  **weights.sglang_kwargs, **bias, **act)
 
         def memory_read(method: str) -> Callable[[int], object]:
             return lambda r: pool.read(active[r] * expert_bytes(shape, method))
@@ -403,14 +438,21 @@ def bench_shape(shape: MoeShape, methods: list[str], tokens_list: list[int], thr
 
 
 def derived_ratios(results: list[Result]) -> dict[str, list[dict[str, object]]]:
-    """int8 decode vs bf16 decode, and 2 threads vs 1 thread at M >= 16 (ratios of medians)."""
+    """int8 decode vs bf16 decode, 4-bit decode vs int8 decode, and 2 threads vs 1 thread at M >= 16
+    (ratios of medians)."""
     index = {(r.shape, r.method, r.tokens, r.threads): r for r in results}
-    decode = []
-    for r in results:
-        if r.method == "int8" and r.tokens <= 4 and (r.shape, "bf16", r.tokens, r.threads) in index:
-            bf16 = index[(r.shape, "bf16", r.tokens, r.threads)]
-            decode.append({"shape": r.shape, "tokens": r.tokens, "threads": r.threads,
-                           "ratio": bf16.median_ms["moe_xarch"] / r.median_ms["moe_xarch"]})
+
+    def decode_vs(method: str, base: str) -> list[dict[str, object]]:
+        ratios = []
+        for r in results:
+            if r.method == method and r.tokens <= 4 and (r.shape, base, r.tokens, r.threads) in index:
+                other = index[(r.shape, base, r.tokens, r.threads)]
+                ratios.append({"shape": r.shape, "method": method, "tokens": r.tokens, "threads": r.threads,
+                               "ratio": other.median_ms["moe_xarch"] / r.median_ms["moe_xarch"]})
+        return ratios
+
+    decode = decode_vs("int8", "bf16")
+    four_bit = [d for method in FOUR_BIT for d in decode_vs(method, "int8")]
     scaling = []
     for r in results:
         if r.threads > 1 and r.tokens >= 16 and (r.shape, r.method, r.tokens, 1) in index:
@@ -422,11 +464,12 @@ def derived_ratios(results: list[Result]) -> dict[str, list[dict[str, object]]]:
             if "sglang" in r.median_ms and "sglang" in one.median_ms:
                 entry["sglang"] = one.median_ms["sglang"] / r.median_ms["sglang"]
             scaling.append(entry)
-    return {"int8_vs_bf16_decode": decode, "threads_scaling": scaling}
+    return {"int8_vs_bf16_decode": decode, "four_bit_vs_int8_decode": four_bit, "threads_scaling": scaling}
 
 
 def targets(results: list[Result], derived: dict[str, list[dict[str, object]]]) -> list[dict[str, object]]:
-    """Issue 5's targets, at the largest thread count measured: the worst figure of each, and whether it is met."""
+    """Issues 5's and 22's targets, at the largest thread count measured: the worst figure of each, and whether
+    it is met."""
     most = max((r.threads for r in results), default=1)
     top = [r for r in results if r.threads == most]
 
@@ -447,9 +490,16 @@ def targets(results: list[Result], derived: dict[str, list[dict[str, object]]]) 
               [(label(r), r.speedup_vs_sglang) for r in top if r.method == "fp8" and r.speedup_vs_sglang]),
         worst("vs torch at M <= 16", 2.0, [(label(r), r.speedup_vs_torch) for r in top if r.tokens <= 16]),
         worst("vs torch, never slower", 1.0, [(label(r), r.speedup_vs_torch) for r in top]),
+        worst("vs SGLang, int4 and mxfp4 where it runs", 1.10,
+              [(label(r), r.speedup_vs_sglang) for r in top if r.method in FOUR_BIT and r.speedup_vs_sglang]),
         worst("int8 decode vs bf16 decode (M=1)", 1.7,
               [(f"{d['shape']} M=1", d["ratio"]) for d in derived["int8_vs_bf16_decode"]
                if d["tokens"] == 1 and d["threads"] == most]),
+        worst("4-bit decode vs int8 decode (M <= 4)", 1.8,
+              [(f"{d['shape']} {d['method']} M={d['tokens']}", d["ratio"]) for d in derived["four_bit_vs_int8_decode"]
+               if d["threads"] == most]),
+        worst("4-bit decode of the streaming roofline (M <= 4)", 0.9,
+              [(label(r), r.achieved_gbs / r.roofline_gbs) for r in top if r.method in FOUR_BIT and r.tokens <= 4]),
         worst("2 threads vs 1 thread at M >= 16", 1.8,
               [(f"{d['shape']} {d['method']} M={d['tokens']}", d["moe_xarch"]) for d in derived["threads_scaling"]]),
     ]
@@ -478,11 +528,14 @@ def format_summary(derived: dict[str, list[dict[str, object]]], goals: list[dict
     lines = ["int8 decode vs bf16 decode (moe_xarch, bf16 ms / int8 ms):"]
     lines += [f"  {d['shape']} M={d['tokens']} threads={d['threads']}: {d['ratio']:.2f}x"
               for d in derived["int8_vs_bf16_decode"]]
+    lines.append("4-bit decode vs int8 decode (moe_xarch, int8 ms / 4-bit ms):")
+    lines += [f"  {d['shape']} {d['method']} M={d['tokens']} threads={d['threads']}: {d['ratio']:.2f}x"
+              for d in derived["four_bit_vs_int8_decode"]]
     lines.append("threads scaling (1-thread ms / N-thread ms):")
     lines += [f"  {d['shape']} {d['method']} M={d['tokens']}: moe_xarch {d['moe_xarch']:.2f}x"
               + (f", sglang {d['sglang']:.2f}x" if "sglang" in d else "")
               + f", memory read {d['memory_roofline']:.2f}x" for d in derived["threads_scaling"]]
-    lines.append(f"issue 5 targets (worst case, at {goals[0]['threads'] if goals else '-'} threads):")
+    lines.append(f"issue 5 and 22 targets (worst case, at {goals[0]['threads'] if goals else '-'} threads):")
     for g in goals:
         state = {True: "met", False: "NOT met", None: "not measured"}[g["met"]]
         lines.append(f"  {g['target']}: goal >= {g['goal']}x, worst {_fmt(g['worst'], '.2f', 'x')}"

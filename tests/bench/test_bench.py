@@ -17,9 +17,10 @@ pytest.importorskip("moe_xarch")
 
 from benchmarks import moe_bench, sglang  # noqa: E402
 
+# K and N hold whole INT4_W4A8 groups.
 TINY = {
-    "tiny": moe_bench.MoeShape("tiny", experts=4, topk=2, hidden=64, inter=32),
-    "tiny-swiglu": moe_bench.MoeShape("tiny-swiglu", experts=4, topk=2, hidden=64, inter=64, swiglu=True),
+    "tiny": moe_bench.MoeShape("tiny", experts=4, topk=2, hidden=256, inter=128),
+    "tiny-swiglu": moe_bench.MoeShape("tiny-swiglu", experts=4, topk=2, hidden=256, inter=128, swiglu=True),
 }
 QUICK = ["--tokens", "1", "3", "--threads", "1", "2", "--budget", "0", "--min-iterations", "2",
          "--max-iterations", "2"]
@@ -43,7 +44,7 @@ def test_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
 
     results = document["results"]
-    assert len(results) == 2 * 3 * 2 * 2  # shapes x methods x M x threads
+    assert len(results) == 2 * 5 * 2 * 2  # shapes x methods x M x threads
     for r in results:
         assert set(r["median_ms"]) == {"moe_xarch", "torch", "memory_roofline"}
         assert all(v > 0 for v in r["median_ms"].values())
@@ -51,22 +52,31 @@ def test_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str])
         assert r["iterations"] == 2
         assert r["active_bytes"] > 0 and r["achieved_gbs"] > 0 and r["roofline_gbs"] > 0
     assert {(r["shape"], r["method"], r["tokens"], r["threads"]) for r in results} == {
-        (s, m, t, n) for s in TINY for m in ("bf16", "int8", "fp8") for t in (1, 3) for n in (1, 2)}
+        (s, m, t, n) for s in TINY for m in ("bf16", "int8", "fp8", "int4", "mxfp4") for t in (1, 3) for n in (1, 2)}
     meta = document["meta"]
     assert len(meta["loadavg_start"]) == 3 and len(meta["loadavg_end"]) == 3
     assert meta["sglang"] == {"available": False, "message": "left out (--no-sglang)"}
     assert set(document["compute_roofline_gflops"]) == {"1", "2"}
     assert all(c["moe_xarch"]["ok"] for c in document["verification"].values())
     assert {t["target"] for t in document["targets"]} >= {"int8 decode vs bf16 decode (M=1)",
+                                                            "4-bit decode vs int8 decode (M <= 4)",
+                                                            "4-bit decode of the streaming roofline (M <= 4)",
                                                             "2 threads vs 1 thread at M >= 16"}
     assert {(d["shape"], d["threads"]) for d in document["derived"]["int8_vs_bf16_decode"]} == {
         (s, n) for s in TINY for n in (1, 2)}
+    assert {(d["shape"], d["method"], d["tokens"], d["threads"]) for d in document["derived"]["four_bit_vs_int8_decode"]} == {
+        (s, m, t, n) for s in TINY for m in ("int4", "mxfp4") for t in (1, 3) for n in (1, 2)}
+    # The 4-bit methods' bytes count their scales (and zeros): a little more than half of int8's.
+    active = {(r["shape"], r["method"], r["tokens"]): r["active_bytes"] for r in results}
+    for s, _, t in active:
+        assert 0.5 < active[(s, "int4", t)] / active[(s, "int8", t)] < 0.6
+        assert 0.5 < active[(s, "mxfp4", t)] / active[(s, "int8", t)] < 0.6
 
     table = [line for line in out.splitlines() if line.startswith("| ")]
     assert table[0].startswith("| shape | method | M | thr | moe_xarch ms | sglang ms | torch ms")
     assert len(table) == 1 + len(results)
     assert all(line.count("|") == 13 for line in table)
-    assert "issue 5 targets" in out
+    assert "issue 5 and 22 targets" in out
     for name in TINY:
         assert f"[{name}] M=3:" in out  # a progress line per shape and M
     assert (tmp_path / "moe_bench.md").read_text().startswith("| shape |")
@@ -132,9 +142,11 @@ def test_sglang_checked_against_the_reference(tmp_path: Path, capsys: pytest.Cap
     out = capsys.readouterr().out
     verification = document["verification"]
     assert verification["tiny/bf16"]["sglang"]["ok"]
-    # SGLang's int8 path ignores biases, alpha and limit: it computes something else for gpt-oss.
+    # SGLang's int8 and int4 paths ignore biases, alpha and limit: they compute something else for gpt-oss.
     assert not verification["tiny-swiglu/int8"]["sglang"]["ok"]
     assert "[tiny-swiglu] int8: sglang computes something else" in out
+    assert verification["tiny/int4"]["sglang"]["ok"] and verification["tiny/mxfp4"]["sglang"]["ok"]
+    assert not verification["tiny-swiglu/int4"]["sglang"]["ok"]
     for r in document["results"]:
         timed = verification[f"{r['shape']}/{r['method']}"]["sglang"]["ok"]
         assert ("sglang" in r["median_ms"]) == timed
