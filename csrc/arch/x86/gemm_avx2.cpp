@@ -376,54 +376,112 @@ bool gemm_bf16_fp8_takes(int64_t m) { return m <= kFp8RegisterRows; }
 // load of b): vpmaddubsw multiplies nibbles (unsigned) by a (signed) into
 // int16 pairs, at most 4 * 15 * 127 once the halves are added, then vpmaddwd
 // sums them into int32 lanes, each 128-bit lane one 32-value chunk.
-struct W4A8Tiles : x86::W4A8TileArgs<64> {
+constexpr int64_t kW4A8Step = 64;
+
+// A row of a in step order, with its chunk sums (x86::W4A8Operands): a byte
+// shuffle puts each 16-byte lane's even values before its odd ones, qword and
+// lane permutes gather the halves of two loads. A K tail is one 32-value chunk.
+void w4a8_prepare_row(const int8_t* row, int64_t k, int8_t* dst, int32_t* chunk_sums) {
+  const __m256i split = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                         0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  for (int64_t p = 0; p < k; p += kW4A8Step) {
+    const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + p));
+    const __m256i x1 = k - p >= kW4A8Step ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + p + 32))
+                                          : _mm256_setzero_si256();
+    // Per load: its 32 even values, then its 32 odd ones.
+    const __m256i h0 = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(x0, split), 0xd8);
+    const __m256i h1 = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(x1, split), 0xd8);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + p), _mm256_permute2x128_si256(h0, h1, 0x20));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + p + 32), _mm256_permute2x128_si256(h0, h1, 0x31));
+    const __m256i d0 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, x0), ones16);
+    const __m256i d1 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, x1), ones16);
+    __m256i v = _mm256_hadd_epi32(d0, d1);
+    v = _mm256_hadd_epi32(v, v);  // per 128-bit lane: the sums of its halves of x0, x1, x0, x1
+    const __m128i two = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(chunk_sums + p / x86::kW4A8Chunk), two);
+  }
+}
+
+struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
   static constexpr int kMR = 2;
   static constexpr int kNR = 4;
   static constexpr int kNR1 = 4;
 
   template <int MR, int NR>
   MOE_X86_INLINE void tile(int64_t i, const x86::TileCols& cols, int64_t /*p0*/, int64_t k, bool /*first*/) {
-    const x86::W4A8Columns<NR> col(ops, b, ldb, cols);
+    x86::w4a8_tile<MR, NR>(*this, i, cols, k);
+  }
+
+  // As gemm_int4_avx512.cpp's.
+  template <int MR, int NR, bool kOneGroup>
+  MOE_X86_INLINE void run(int64_t i, const x86::TileCols& cols, int64_t k) {
+    const x86::W4A8Columns<NR> col(b, ldb, groups, cols);
     const int64_t ahead = cols.ahead * ldb;
+    if constexpr (MR == 1) col.prefetch_groups(cols.ahead, groups.ld);
     const __m256i chunk_of_lane = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
     const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     __m256 acc[MR][NR];
     for (int r = 0; r < MR; ++r) {
       for (int q = 0; q < NR; ++q) acc[r][q] = _mm256_setzero_ps();
     }
-    for (int64_t p = 0; p < k; p += kStep) {
-      __m256i even[MR], odd[MR];
-      for (int r = 0; r < MR; ++r) {
-        even[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ops.a + (i + r) * ops.lda + p));
-        odd[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ops.a + (i + r) * ops.lda + p + 32));
-      }
-      for (int q = 0; q < NR; ++q) {
-        if constexpr (MR == 1) __builtin_prefetch(col.b[q] + ahead + p / 2, 0, 3);
-        // A K tail of 32 values reads its 16 bytes only.
-        const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(col.b[q] + p / 2));
-        const __m256i packed = k - p >= kStep
-                                   ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col.b[q] + p / 2))
-                                   : _mm256_inserti128_si256(_mm256_setzero_si256(), first, 0);
-        const __m256i lo = _mm256_and_si256(packed, low4);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
-        const __m128 two = _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(col.scale[q] + p / 32)));
-        const __m256 scale = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), chunk_of_lane);
+    const int64_t span = kOneGroup ? groups.group : k;
+    for (int64_t p0 = 0, g = 0; p0 < k; p0 += span, ++g) {
+      const int64_t p1 = k - p0 < span ? k : p0 + span;
+      for (int64_t p = p0; p < p1; p += kStep) {
+        __m256i even[MR], odd[MR];
         for (int r = 0; r < MR; ++r) {
-          const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, even[r]), _mm256_maddubs_epi16(hi, odd[r]));
-          acc[r][q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)), scale, acc[r][q]);
+          even[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ops.a + (i + r) * ops.lda + p));
+          odd[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ops.a + (i + r) * ops.lda + p + 32));
+        }
+        __m128i step_groups;
+        if constexpr (!kOneGroup) {
+          step_groups = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(ops.chunk_group + p / x86::kW4A8Chunk));
+        }
+        for (int q = 0; q < NR; ++q) {
+          if constexpr (MR == 1) __builtin_prefetch(col.b[q] + ahead + p / 2, 0, 3);
+          // A K tail of 32 values reads its 16 bytes only.
+          const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(col.b[q] + p / 2));
+          const __m256i packed = p1 - p >= kStep
+                                     ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col.b[q] + p / 2))
+                                     : _mm256_inserti128_si256(_mm256_setzero_si256(), first, 0);
+          const __m256i lo = _mm256_and_si256(packed, low4);
+          const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
+          __m256 scale;
+          if constexpr (kOneGroup) {
+            scale = _mm256_set1_ps(col.scale[q][g]);
+          } else {
+            const __m128 two = _mm_i32gather_ps(col.scale[q], step_groups, 4);
+            scale = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), chunk_of_lane);
+          }
+          for (int r = 0; r < MR; ++r) {
+            const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, even[r]), _mm256_maddubs_epi16(hi, odd[r]));
+            acc[r][q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)), scale, acc[r][q]);
+          }
         }
       }
     }
-    for (int r = 0; r < MR; ++r) {
-      const float* sums = ops.a_sums + (i + r) * ops.chunks;
-      __m256 out[NR];
+    // The zero points' part, lane-wise by group: the lanes are summed below anyway.
+    const int64_t group_count = k / groups.group;
+    for (int64_t g = 0; g < group_count; g += 8) {
+      const int in = group_count - g >= 8 ? 8 : static_cast<int>(group_count - g);
+      __m256 sums[MR];
+      for (int r = 0; r < MR; ++r) sums[r] = _mm256_load_ps(ops.group_sums + (i + r) * ops.sums_ld + g);
       for (int q = 0; q < NR; ++q) {
-        __m256 zero_part = _mm256_setzero_ps();
-        for (int64_t t = 0; t < ops.chunks; t += 8) {
-          zero_part = _mm256_fmadd_ps(_mm256_loadu_ps(col.zero_scale[q] + t), _mm256_loadu_ps(sums + t), zero_part);
+        __m128i zero_bytes = _mm_set1_epi8(x86::kW4A8DefaultZero);
+        if (col.zero[q] != nullptr) {
+          const uint8_t* zeros = col.zero[q] + g;
+          zero_bytes = in == 8 ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(zeros))
+                               : _mm_load_si128(reinterpret_cast<const __m128i*>(Padded<uint8_t, 16>(zeros, in).v));
         }
-        out[q] = _mm256_mul_ps(_mm256_sub_ps(acc[r][q], zero_part), _mm256_set1_ps(a_scale[i + r]));
+        const __m256 scale = in == 8 ? _mm256_loadu_ps(col.scale[q] + g) : _mm256_load_ps(Padded<float, 8>(col.scale[q] + g, in).v);
+        const __m256 zero_scale = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(zero_bytes)));
+        for (int r = 0; r < MR; ++r) acc[r][q] = _mm256_fnmadd_ps(zero_scale, sums[r], acc[r][q]);
       }
+    }
+    for (int r = 0; r < MR; ++r) {
+      __m256 out[NR];
+      for (int q = 0; q < NR; ++q) out[q] = _mm256_mul_ps(acc[r][q], _mm256_set1_ps(a_scale[i + r]));
       x86::store_cols<NR>(c + (i + r) * ldc + cols.j, cols, false,
                           [&](float* dst, bool) { store_sums<NR>(out, dst, cols.nb, false); });
     }
@@ -433,8 +491,8 @@ struct W4A8Tiles : x86::W4A8TileArgs<64> {
 void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
                const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmW4A8);
-  const x86::W4A8Operands<W4A8Tiles::kStep> ops(m, n, k, a, lda, groups);
-  W4A8Tiles t{{ops, a_scale, b, ldb, c, ldc}};
+  const x86::W4A8Operands<kW4A8Step> ops(m, k, a, lda, groups.group, w4a8_prepare_row);
+  W4A8Tiles t{{ops, a_scale, b, ldb, groups, c, ldc}};
   x86::gemm_tiled(t, m, n, k);
 }
 

@@ -7,8 +7,9 @@
 // vpdpbusd multiplies the nibbles (unsigned) by a (signed) as they are. A
 // 128-bit lane then covers 32 values, always within one group (groups are
 // multiples of 32), so the int32 lanes of a step turn into fp32 times their
-// chunk's group scale, and the zero points' part, zero * sum of a, is taken
-// away once per output from per-chunk sums. The loop nest is loop_nest.h's.
+// group's scale (one value when groups are whole steps), and the zero points'
+// part, zero * sum of a, is taken away once per output from per-group sums.
+// The loop nest is loop_nest.h's.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
@@ -30,6 +31,37 @@ namespace {
 constexpr int64_t kStepValues = 128;  // of K per step: one 64-byte load of b
 constexpr int64_t kChunk = x86::kW4A8Chunk;
 
+MOE_X86_INLINE __mmask64 first_bytes(int64_t count) {
+  return count >= 64 ? ~__mmask64{0} : count <= 0 ? __mmask64{0} : (__mmask64{1} << count) - 1;
+}
+
+// A row of a in step order, with its chunk sums (x86::W4A8Operands): a byte
+// shuffle puts each 16-byte lane's even values before its odd ones, a qword
+// permute gathers the halves of two loads.
+void w4a8_prepare_row(const int8_t* row, int64_t k, int8_t* dst, int32_t* chunk_sums) {
+  const __m512i split = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+  const __m512i evens = _mm512_setr_epi64(0, 2, 4, 6, 8, 10, 12, 14);
+  const __m512i odds = _mm512_setr_epi64(1, 3, 5, 7, 9, 11, 13, 15);
+  const __m512i first_of_lane = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t p = 0; p < k; p += kStepValues) {
+    const __m512i x0 = _mm512_maskz_loadu_epi8(first_bytes(k - p), row + p);
+    const __m512i x1 = _mm512_maskz_loadu_epi8(first_bytes(k - p - 64), row + p + 64);
+    const __m512i s0 = _mm512_shuffle_epi8(x0, split), s1 = _mm512_shuffle_epi8(x1, split);
+    _mm512_store_si512(dst + p, _mm512_permutex2var_epi64(s0, evens, s1));
+    _mm512_store_si512(dst + p + 64, _mm512_permutex2var_epi64(s0, odds, s1));
+    // Sums of 4 values an int32 lane, 8 lanes a chunk: chunk c's halves into lane c, then across it.
+    const __m512i d0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, x0);
+    const __m512i d1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, x1);
+    __m512i v = _mm512_add_epi32(_mm512_shuffle_i64x2(d0, d1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_i64x2(d0, d1, _MM_SHUFFLE(3, 1, 3, 1)));
+    v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_BADC));
+    v = _mm512_add_epi32(v, _mm512_shuffle_epi32(v, _MM_PERM_CDAB));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(chunk_sums + p / kChunk),
+                     _mm512_castsi512_si128(_mm512_permutexvar_epi32(first_of_lane, v)));
+  }
+}
+
 struct W4A8Tiles : x86::W4A8TileArgs<kStepValues> {
   static constexpr int kMR = 4;
   static constexpr int kNR = 4;
@@ -37,45 +69,73 @@ struct W4A8Tiles : x86::W4A8TileArgs<kStepValues> {
 
   template <int MR, int NR>
   MOE_X86_INLINE void tile(int64_t i, const x86::TileCols& cols, int64_t /*p0*/, int64_t k, bool /*first*/) {
-    const x86::W4A8Columns<NR> col(ops, b, ldb, cols);
+    x86::w4a8_tile<MR, NR>(*this, i, cols, k);
+  }
+
+  // kOneGroup: K in spans of one group, whose scale is one value; otherwise
+  // one span, each lane's scale gathered by its chunk's group.
+  template <int MR, int NR, bool kOneGroup>
+  MOE_X86_INLINE void run(int64_t i, const x86::TileCols& cols, int64_t k) {
+    const x86::W4A8Columns<NR> col(b, ldb, groups, cols);
     const int64_t ahead = cols.ahead * ldb;
+    if constexpr (MR == 1) col.prefetch_groups(cols.ahead, groups.ld);
     const __m512i chunk_of_lane = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
     __m512 acc[MR][NR];
     for (int r = 0; r < MR; ++r) {
       for (int q = 0; q < NR; ++q) acc[r][q] = _mm512_setzero_ps();
     }
-    for (int64_t p = 0; p < k; p += kStepValues) {
-      const int64_t bytes = k - p >= kStepValues ? 64 : (k - p) / 2;
-      const __mmask64 lanes = bytes == 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1;
-      __m512i even[MR], odd[MR];
-      for (int r = 0; r < MR; ++r) {
-        even[r] = _mm512_load_si512(ops.a + (i + r) * ops.lda + p);
-        odd[r] = _mm512_load_si512(ops.a + (i + r) * ops.lda + p + 64);
-      }
-      for (int q = 0; q < NR; ++q) {
-        if constexpr (MR == 1) __builtin_prefetch(col.b[q] + ahead + p / 2, 0, 3);
-        const __m512i packed = _mm512_maskz_loadu_epi8(lanes, col.b[q] + p / 2);
-        const __m512i lo = _mm512_and_si512(packed, low4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
-        const __m512 scale = _mm512_permutexvar_ps(chunk_of_lane, _mm512_broadcast_f32x4(_mm_loadu_ps(col.scale[q] + p / kChunk)));
+    const int64_t span = kOneGroup ? groups.group : k;
+    for (int64_t p0 = 0, g = 0; p0 < k; p0 += span, ++g) {
+      const int64_t p1 = k - p0 < span ? k : p0 + span;
+      for (int64_t p = p0; p < p1; p += kStepValues) {
+        const __mmask64 lanes = first_bytes((p1 - p) / 2);
+        __m512i even[MR], odd[MR];
         for (int r = 0; r < MR; ++r) {
-          __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, even[r]);
-          dot = _mm512_dpbusd_epi32(dot, hi, odd[r]);
-          acc[r][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r][q]);
+          even[r] = _mm512_load_si512(ops.a + (i + r) * ops.lda + p);
+          odd[r] = _mm512_load_si512(ops.a + (i + r) * ops.lda + p + 64);
+        }
+        __m128i step_groups;
+        if constexpr (!kOneGroup) {
+          step_groups = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ops.chunk_group + p / kChunk));
+        }
+        for (int q = 0; q < NR; ++q) {
+          if constexpr (MR == 1) __builtin_prefetch(col.b[q] + ahead + p / 2, 0, 3);
+          const __m512i packed = _mm512_maskz_loadu_epi8(lanes, col.b[q] + p / 2);
+          const __m512i lo = _mm512_and_si512(packed, low4);
+          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
+          __m512 scale;
+          if constexpr (kOneGroup) {
+            scale = _mm512_set1_ps(col.scale[q][g]);
+          } else {
+            const __m128 four = _mm_i32gather_ps(col.scale[q], step_groups, 4);
+            scale = _mm512_permutexvar_ps(chunk_of_lane, _mm512_broadcast_f32x4(four));
+          }
+          for (int r = 0; r < MR; ++r) {
+            __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, even[r]);
+            dot = _mm512_dpbusd_epi32(dot, hi, odd[r]);
+            acc[r][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r][q]);
+          }
         }
       }
     }
-    for (int r = 0; r < MR; ++r) {
-      const float* sums = ops.a_sums + (i + r) * ops.chunks;
-      __m512 out[NR];
+    // The zero points' part, lane-wise by group: the lanes are summed below anyway.
+    const int64_t group_count = k / groups.group;
+    for (int64_t g = 0; g < group_count; g += 16) {
+      const __mmask16 in = group_count - g >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << (group_count - g)) - 1);
+      __m512 sums[MR];
+      for (int r = 0; r < MR; ++r) sums[r] = _mm512_load_ps(ops.group_sums + (i + r) * ops.sums_ld + g);
       for (int q = 0; q < NR; ++q) {
-        __m512 zero_part = _mm512_setzero_ps();
-        for (int64_t t = 0; t < ops.chunks; t += 16) {
-          zero_part = _mm512_fmadd_ps(_mm512_loadu_ps(col.zero_scale[q] + t), _mm512_loadu_ps(sums + t), zero_part);
-        }
-        out[q] = _mm512_mul_ps(_mm512_sub_ps(acc[r][q], zero_part), _mm512_set1_ps(a_scale[i + r]));
+        const __m512 zero = col.zero[q] == nullptr
+                                ? _mm512_set1_ps(static_cast<float>(x86::kW4A8DefaultZero))
+                                : _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(in, col.zero[q] + g)));
+        const __m512 zero_scale = _mm512_mul_ps(_mm512_maskz_loadu_ps(in, col.scale[q] + g), zero);
+        for (int r = 0; r < MR; ++r) acc[r][q] = _mm512_fnmadd_ps(zero_scale, sums[r], acc[r][q]);
       }
+    }
+    for (int r = 0; r < MR; ++r) {
+      __m512 out[NR];
+      for (int q = 0; q < NR; ++q) out[q] = _mm512_mul_ps(acc[r][q], _mm512_set1_ps(a_scale[i + r]));
       x86::store_cols<NR>(c + (i + r) * ldc + cols.j, cols, false,
                           [&](float* dst, bool) { x86::store_sums_avx512<NR>(out, dst, cols.nb, false); });
     }
@@ -87,8 +147,8 @@ struct W4A8Tiles : x86::W4A8TileArgs<kStepValues> {
 void avx512::gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
                        const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmW4A8);
-  const x86::W4A8Operands<kStepValues> ops(m, n, k, a, lda, groups);
-  W4A8Tiles t{{ops, a_scale, b, ldb, c, ldc}};
+  const x86::W4A8Operands<kStepValues> ops(m, k, a, lda, groups.group, w4a8_prepare_row);
+  W4A8Tiles t{{ops, a_scale, b, ldb, groups, c, ldc}};
   x86::gemm_tiled(t, m, n, k);
 }
 

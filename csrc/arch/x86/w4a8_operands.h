@@ -1,9 +1,9 @@
 // INT4_W4A8's operands as the avx2 and AVX-512 kernels read them, ISA-neutral
 // (gemm_int4_avx512.cpp says why this form): rows of a in step order (per
 // kStep values of K: the even ones, then the odd ones, zero-padded to whole
-// steps), their sums per 32-value chunk, and per row of b and chunk, the
-// group's scale and scale * zero point (zero past k); chunks a row padded to
-// a multiple of 16.
+// steps), their sums per group, zero-padded to whole vectors, and the group
+// of each 32-value chunk. The weights' group scales and zero points are read
+// as they are (Int4Groups).
 // Templates in an anonymous namespace on purpose: every including file gets
 // a private copy built with its own ISA flags, so the linker can never pick
 // one level's copy for another's path. No C++ library headers.
@@ -16,52 +16,51 @@
 namespace moe_xarch::x86 {
 namespace {
 
-constexpr int64_t kW4A8Chunk = 32;
+constexpr int64_t kW4A8Chunk = 32;     // values of K in a 128-bit lane of a step: within one group
+constexpr int64_t kW4A8SumsPad = 16;   // group sums a row, a multiple of every level's fp32 lanes
+constexpr int kW4A8DefaultZero = 8;    // the zero point of groups without zeros
 
+// a prepared once per call. PrepareRow(row, k, dst, chunk_sums) writes the
+// row's lda step-ordered bytes (zeros past k) and the sums of its 32-value
+// chunks, one int32 each up to lda (kernels.h: k is a multiple of 32).
 template <int64_t kStep>
 struct W4A8Operands {
-  int64_t lda, chunks;
+  int64_t lda, sums_ld;
   int8_t* a;
-  float* a_sums;
-  float* scales;
-  float* zero_scales;
+  float* group_sums;     // [m, sums_ld]: sum of row i of a over group g, zero from k / group on
+  int32_t* chunk_group;  // [lda / 32 + 4]: the group of chunk t, the last one past k
 
-  W4A8Operands(int64_t m, int64_t n, int64_t k, const int8_t* a_rows, int64_t a_ld, const Int4Groups& groups)
-      : lda((k + kStep - 1) / kStep * kStep), chunks((lda / kW4A8Chunk + 15) / 16 * 16) {
-    const int64_t a_bytes = m * lda, sums_bytes = m * chunks * 4, scale_bytes = n * chunks * 4;
-    uint8_t* scratch = thread_scratch(ScratchUse::kInt4Groups, a_bytes + sums_bytes + 2 * scale_bytes);
+  template <class PrepareRow>
+  W4A8Operands(int64_t m, int64_t k, const int8_t* a_rows, int64_t a_ld, int64_t group, PrepareRow prepare_row)
+      : lda((k + kStep - 1) / kStep * kStep),
+        sums_ld((k / group + kW4A8SumsPad - 1) / kW4A8SumsPad * kW4A8SumsPad) {
+    const int64_t a_bytes = m * lda, sums_bytes = m * sums_ld * 4;
+    const int64_t chunks = lda / kW4A8Chunk, table_bytes = (chunks + 4) * 4;
+    uint8_t* scratch = thread_scratch(ScratchUse::kInt4Groups, a_bytes + sums_bytes + 2 * table_bytes);
     a = reinterpret_cast<int8_t*>(scratch);
-    a_sums = reinterpret_cast<float*>(scratch + a_bytes);
-    scales = reinterpret_cast<float*>(scratch + a_bytes + sums_bytes);
-    zero_scales = reinterpret_cast<float*>(scratch + a_bytes + sums_bytes + scale_bytes);
-    for (int64_t i = 0; i < m; ++i) {
-      const int8_t* row = a_rows + i * a_ld;
-      int8_t* dst = a + i * lda;
-      for (int64_t p = 0; p < lda; ++p) {
-        const int64_t at = p % kStep;
-        dst[p - at + at % 2 * (kStep / 2) + at / 2] = p < k ? row[p] : int8_t{0};
-      }
-      for (int64_t t = 0; t < chunks; ++t) {
-        int32_t sum = 0;
-        for (int64_t p = t * kW4A8Chunk; p < (t + 1) * kW4A8Chunk && p < k; ++p) sum += row[p];
-        a_sums[i * chunks + t] = static_cast<float>(sum);
-      }
+    group_sums = reinterpret_cast<float*>(scratch + a_bytes);
+    chunk_group = reinterpret_cast<int32_t*>(scratch + a_bytes + sums_bytes);
+    int32_t* chunk_sums = reinterpret_cast<int32_t*>(scratch + a_bytes + sums_bytes + table_bytes);
+    const int64_t groups = k / group, chunks_per_group = group / kW4A8Chunk;
+    for (int64_t t = 0, g = 0, in_group = 0; t < chunks + 4; ++t) {
+      chunk_group[t] = static_cast<int32_t>(g < groups ? g : groups - 1);
+      if (++in_group == chunks_per_group) in_group = 0, ++g;
     }
-    for (int64_t j = 0; j < n; ++j) {
-      for (int64_t t = 0; t < chunks; ++t) {
-        const int64_t g = t * kW4A8Chunk / groups.group;
-        const bool inside = t * kW4A8Chunk < k;
-        const float scale = inside ? groups.scale[j * groups.ld + g] : 0.f;
-        const int zero = groups.zero == nullptr ? 8 : inside ? groups.zero[j * groups.ld + g] : 0;
-        scales[j * chunks + t] = scale;
-        zero_scales[j * chunks + t] = scale * static_cast<float>(zero);
+    for (int64_t i = 0; i < m; ++i) {
+      prepare_row(a_rows + i * a_ld, k, a + i * lda, chunk_sums);
+      float* sums = group_sums + i * sums_ld;
+      for (int64_t g = 0; g < sums_ld; ++g) {
+        int32_t sum = 0;
+        for (int64_t t = 0; g < groups && t < chunks_per_group; ++t) sum += chunk_sums[g * chunks_per_group + t];
+        sums[g] = static_cast<float>(sum);
       }
     }
   }
 };
 
 // What a level's W4A8 tiles read and write, whatever its vector width: the
-// prepared a, its row scales, the packed b and the fp32 output.
+// prepared a, its row scales, the packed b with its groups and the fp32
+// output.
 template <int64_t kStepValues>
 struct W4A8TileArgs {
   static constexpr int64_t kStep = kStepValues;  // values of K per vector step
@@ -72,25 +71,49 @@ struct W4A8TileArgs {
   const float* a_scale;
   const uint8_t* b;
   int64_t ldb;
+  const Int4Groups& groups;
   float* c;
   int64_t ldc;
 
   int64_t row_bytes() const { return ldb; }
 };
 
-// A W4A8 tile's NR rows of b and their chunk scales; past the edge the last repeats (as TileRows).
+// A level's W4A8Tiles::tile (loop_nest.h): its run<MR, NR, kOneGroup> for
+// the tile's K, kOneGroup when each step lies in one group.
+template <int MR, int NR, class Tiles>
+MOE_X86_INLINE void w4a8_tile(Tiles& t, int64_t i, const TileCols& cols, int64_t k) {
+  if (t.groups.group % Tiles::kStep == 0) {
+    t.template run<MR, NR, true>(i, cols, k);
+  } else {
+    t.template run<MR, NR, false>(i, cols, k);
+  }
+}
+
+// A W4A8 tile's NR rows of b with their group scales and zero points (null:
+// the default); past the edge the last repeats (as TileRows).
 template <int NR>
 struct W4A8Columns {
   const uint8_t* b[NR];
   const float* scale[NR];
-  const float* zero_scale[NR];
-  template <int64_t kStep>
-  W4A8Columns(const W4A8Operands<kStep>& ops, const uint8_t* b0, int64_t ldb, const TileCols& cols) {
+  const uint8_t* zero[NR];
+  W4A8Columns(const uint8_t* b0, int64_t ldb, const Int4Groups& groups, const TileCols& cols) {
     for (int q = 0; q < NR; ++q) {
       const int64_t j = cols.j + (q < cols.nb ? q : cols.nb - 1) * cols.stride;
       b[q] = b0 + j * ldb;
-      scale[q] = ops.scales + j * ops.chunks;
-      zero_scale[q] = ops.zero_scales + j * ops.chunks;
+      scale[q] = groups.scale + j * groups.ld;
+      zero[q] = groups.zero != nullptr ? groups.zero + j * groups.ld : nullptr;
+    }
+  }
+
+  // A one-row tile's prefetch (as TileRows') of the group scales and zeros
+  // `ahead` rows on: a few bytes a group, in rows that a strided tile visits
+  // out of order, which the hardware prefetcher does not follow.
+  void prefetch_groups(int64_t ahead, int64_t ld) const {
+    for (int q = 0; q < NR; ++q) {
+      for (int64_t g = 0; g < ld; g += 16) __builtin_prefetch(scale[q] + ahead * ld + g, 0, 3);
+      if (zero[q] != nullptr) {
+        for (int64_t g = 0; g < ld; g += 64) __builtin_prefetch(zero[q] + ahead * ld + g, 0, 3);
+      }
     }
   }
 };
