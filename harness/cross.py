@@ -149,6 +149,17 @@ def build_wheel(target: Target, tree: Path, output: Path, *, python: str, versio
     shutil.rmtree(raw)
 
 
+def configure(source: Path, build_dir: Path, env: dict[str, str],
+              options: Sequence[str] = ()) -> subprocess.CompletedProcess[str]:
+    """CMake's configure step of a Release build, as the wheel's (env: cross_env's for a cross build)."""
+    if shutil.which("ninja") is None:
+        raise CrossSetupError("ninja is not installed; run: pip install ninja")
+    return subprocess.run(
+        ["cmake", "-S", str(source), "-B", str(build_dir), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", *options],
+        env=env, capture_output=True, text=True,
+    )
+
+
 def compile_sources(source: Path, build_dir: Path, target: Target, torch: Path,
                     sources: list[str]) -> subprocess.CompletedProcess[str]:
     """Configures and compiles just the named sources (paths relative to the tree).
@@ -156,15 +167,9 @@ def compile_sources(source: Path, build_dir: Path, target: Target, torch: Path,
     Output is captured, so that callers can show or inspect the compiler's words.
     """
     ensure_compiler(target)
-    if shutil.which("ninja") is None:
-        raise CrossSetupError("ninja is not installed; run: pip install ninja")
-    configure = subprocess.run(
-        ["cmake", "-S", str(source), "-B", str(build_dir), "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"],
-        env={**os.environ, **cross_env(source, target, torch)},  # as the wheel's cross build sets it
-        capture_output=True, text=True,
-    )
-    if configure.returncode != 0:
-        return configure
+    configured = configure(source, build_dir, {**os.environ, **cross_env(source, target, torch)})
+    if configured.returncode != 0:
+        return configured
     objects = [f"CMakeFiles/_ops.dir/{path}.o" for path in sources]
     return subprocess.run(["cmake", "--build", str(build_dir), "--target", *objects],
                           capture_output=True, text=True)
