@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from benchmarks import determinism
 from harness import build, console, containers, images, paths, project, targets
 
 PLUGIN_DIR = paths.DOCKER / "qemu-plugin"
@@ -188,18 +189,8 @@ def run_level(level: Level, platform: str, image: str, wheel: Path, bundle: Path
 
 def compare_repeats(repeats: list[list[dict[str, object]]]) -> list[str]:
     """Where a repeated run counted differently from the first: empty when deterministic."""
-    def key(row: dict[str, object]) -> tuple:
-        return row["arch"], row["isa"], row["shape"], row["method"], row["tokens"]
-
-    first = {key(r): r["instructions"] for r in repeats[0]}
-    differences = []
-    for number, rows in enumerate(repeats[1:], 2):
-        counts = {key(r): r["instructions"] for r in rows}
-        if counts.keys() != first.keys():
-            differences.append(f"run {number} measured other configurations")
-        differences += [f"run {number}, {' '.join(map(str, k))}: {counts[k]} instructions, first run {first[k]}"
-                        for k in first if k in counts and counts[k] != first[k]]
-    return differences
+    return determinism.differences(repeats, ("arch", "isa", "shape", "method", "tokens"), "instructions",
+                                    "instructions")
 
 
 # --- reporting ------------------------------------------------------------------------
