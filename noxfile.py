@@ -172,7 +172,8 @@ def bench(session: nox.Session) -> None:
     session.install(native.host_torch_requirement(), *tools.backend_requirements(), "numpy",
                     "matplotlib", "pytest")
     session.install("--no-build-isolation", ".")
-    session.run("python", "-m", "pytest", "tests/bench", "-q", "-p", "no:cacheprovider")
+    session.run("python", "-m", "pytest", "tests/bench", "--ignore", "tests/bench/test_mca.py", "-q",
+                "-p", "no:cacheprovider")
     session.run("python", "-m", "benchmarks.moe_bench", *session.posargs)
 
 
@@ -188,3 +189,21 @@ def bench_insn(session: nox.Session) -> None:
     session.install("matplotlib", "pytest")
     session.run("python", "-m", "pytest", "tests/bench/test_insn_count.py", "-q", "-p", "no:cacheprovider")
     session.run("python", "-m", "benchmarks.insn_count", *session.posargs)
+
+
+@nox.session(name="bench-mca", default=False)
+def bench_mca(session: nox.Session) -> None:
+    """Modelled cycles of every hot kernel loop on real cores (llvm-mca): each loop's fraction of its core's peak.
+
+    Runs its unit tests, then benchmarks/mca.py with the arguments after `--`
+    (`-- --arch aarch64`, `--cores neoverse-v2`, `--repeat 2` to prove two runs
+    model the same, `--help`). Compiles the kernel files to assembly with the
+    wheel's flags (aarch64's with the cross compiler); needs no Arm hardware.
+    Table, JSON and PNG go to bench-results/mca/.
+    """
+    from harness import native
+
+    # torch for CMake's configure (the aarch64 cross torch is fetched by the harness).
+    session.install(native.host_torch_requirement(), *tools.backend_requirements(), "matplotlib", "pytest")
+    session.run("python", "-m", "pytest", "tests/bench/test_mca.py", "-q", "-p", "no:cacheprovider")
+    session.run("python", "-m", "benchmarks.mca", *session.posargs)
