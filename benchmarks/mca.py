@@ -334,16 +334,17 @@ def demangle(names: Iterable[str]) -> dict[str, str]:
 def short_name(demangled: str) -> str:
     """`dot_tile<S8DotOps, 4, 4>`: no namespaces, return type or parameters; a clone keeps its suffix."""
     text = re.sub(r"moe_xarch::|\(anonymous namespace\)::|\w+::(?=\w+ const)", "", demangled)
-    text = re.sub(r"^void ", "", text)
-    depth, cut = 0, len(text)
+    depth, start, cut = 0, 0, len(text)
     for i, ch in enumerate(text):
         depth += ch == "<"
         depth -= ch == ">"
+        if ch == " " and depth == 0:  # a template function's return type comes first
+            start = i + 1
         if ch == "(" and depth == 0:
             cut = i
             break
     clone = re.search(r"\[clone [^\]]*\]", text)
-    return text[:cut] + (f" {clone.group(0)}" if clone else "")
+    return text[start:cut] + (f" {clone.group(0)}" if clone else "")
 
 
 # --- llvm-mca -------------------------------------------------------------------------
@@ -431,8 +432,10 @@ def method_of(name: str) -> str:
     return "?"
 
 
-# First match wins: the row kernels (activations, the weighted sum, quantizing a) before int8's "s8".
-METHOD_WORDS = (("rows", ("silu", "swiglu", "weighted", "quantize_row")), ("int4", ("w4a8", "int4")), ("mxfp4", ("mxfp4",)), ("fp8", ("fp8",)), ("bf16", ("bf16",)),
+# First match wins: the row kernels (activations, the weighted sum, quantizing a, laying a out for the tiles)
+# before the methods' words.
+METHOD_WORDS = (("rows", ("silu", "swiglu", "weighted", "quantize_row", "widen_bf16_rows", "w4a8_split", "pairs")),
+                ("int4", ("w4a8", "int4")), ("mxfp4", ("mxfp4",)), ("fp8", ("fp8",)), ("bf16", ("bf16",)),
                 ("int8", ("s8", "int8")), ("fp32", ("f32",)))
 
 
@@ -492,6 +495,32 @@ def format_table(rows: Sequence[dict[str, object]]) -> str:
         lines.append(f"| {r['core']} | {r['level']} | {r['method']} | {r['kernel']} ({r['label']}) "
                      f"| {r['instructions']} | {r['cycles']:.2f} | {macs[0]} | {macs[1]} "
                      f"| {r['load_bytes_per_cycle']:.1f} | {r['load_fraction']:.0%} | {r['bound']} | {r['limit']} |")
+    return "\n".join(lines)
+
+
+def summarize(rows: Sequence[dict[str, object]]) -> list[dict[str, object]]:
+    """Per core, level and method: its hot loops' best MAC/cycle and the range of their fractions of peak."""
+    groups: dict[tuple, list[dict[str, object]]] = {}
+    for r in rows:
+        groups.setdefault((r["core"], r["level"], r["method"]), []).append(r)
+    summary = []
+    for (core, level, method), mine in groups.items():
+        macs = [r["macs_per_cycle"] for r in mine if "macs_per_cycle" in r]
+        summary.append({"core": core, "level": level, "method": method, "loops": len(mine),
+                        "best_macs_per_cycle": max(macs, default=None),
+                        "lowest_fraction": min(r["fraction"] for r in mine),
+                        "highest_fraction": max(r["fraction"] for r in mine),
+                        "lowest": min(mine, key=lambda r: r["fraction"])["kernel"]})
+    return summary
+
+
+def format_summary(summary: Sequence[dict[str, object]]) -> str:
+    lines = ["| core | level | method | hot loops | best MAC/cycle | of peak (lowest - highest) | lowest |",
+             "|" + "---|" * 7]
+    for s in summary:
+        best = "-" if s["best_macs_per_cycle"] is None else f"{s['best_macs_per_cycle']:.1f}"
+        lines.append(f"| {s['core']} | {s['level']} | {s['method']} | {s['loops']} | {best} "
+                     f"| {s['lowest_fraction']:.0%} - {s['highest_fraction']:.0%} | {s['lowest']} |")
     return "\n".join(lines)
 
 
@@ -575,8 +604,8 @@ def main(argv: list[str] | None = None) -> int:
                          "differences": differences, "iterations": ITERATIONS,
                          "llvm_mca": next((ln.strip() for ln in version.splitlines() if "version" in ln), ""),
                          "cores": [dataclasses.asdict(c) for c in chosen]},
-                "results": rows}
-    text = format_table(rows)
+                "summary": summarize(rows), "results": rows}
+    text = format_table(rows) + "\n\n" + format_summary(document["summary"])
     print(text)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "mca.json").write_text(json.dumps(document, indent=2) + "\n")

@@ -164,6 +164,8 @@ def test_kernel_sources_keep_the_level_flags_and_drop_the_output() -> None:
     ("void moe_xarch::(anonymous namespace)::dot_tile<moe_xarch::S8DotOps, 4, 4>(signed char const*, int)",
      "dot_tile<S8DotOps, 4, 4>"),
     ("moe_xarch::neon::silu_mul(float*, long) [clone .constprop.0]", "neon::silu_mul [clone .constprop.0]"),
+    ("unsigned char const* moe_xarch::(anonymous namespace)::mmla_pairs<moe_xarch::(anonymous namespace)::MmlaS8>"
+     "(long, long, signed char const*, long)", "mmla_pairs<MmlaS8>"),
 ])
 def test_short_names(demangled: str, expected: str) -> None:
     assert mca.short_name(demangled) == expected
@@ -173,6 +175,7 @@ def test_methods_from_kernel_names() -> None:
     assert mca.method_of("dot_tile<S8DotOps, 4, 4>") == "int8"
     assert mca.method_of("w4a8_tile<4, 4>") == "int4"
     assert mca.method_of("quantize_row_s8") == "rows"
+    assert mca.method_of("mmla_pairs<MmlaS8>") == mca.method_of("w4a8_split") == "rows"
     assert mca.method_of("mxfp4_to_bf16") == "mxfp4"
     assert mca.method_of("pack") == "?"
 
@@ -183,6 +186,20 @@ def test_repeats_that_differ_are_named() -> None:
     assert mca.compare_repeats([[row], [{**row, "cycles": 2.5}]]) == [
         "run 2, neoverse-n1 dotprod f.cpp k .L3: 2.5 cycles/iteration, first run 2.0"]
     assert mca.compare_repeats([[row], []]) == ["run 2 measured other configurations"]
+
+
+def test_the_summary_gives_each_level_and_methods_best_rate_and_its_range() -> None:
+    rows = [{"core": "n1", "level": "dotprod", "method": "int8", "kernel": "tile 4x4", "fraction": 0.99,
+             "macs_per_cycle": 31.8},
+            {"core": "n1", "level": "dotprod", "method": "int8", "kernel": "tile 1x8", "fraction": 0.88,
+             "macs_per_cycle": 28.1},
+            {"core": "n1", "level": "neon", "method": "mxfp4", "kernel": "widen", "fraction": 0.05}]
+    assert mca.summarize(rows) == [
+        {"core": "n1", "level": "dotprod", "method": "int8", "loops": 2, "best_macs_per_cycle": 31.8,
+         "lowest_fraction": 0.88, "highest_fraction": 0.99, "lowest": "tile 1x8"},
+        {"core": "n1", "level": "neon", "method": "mxfp4", "loops": 1, "best_macs_per_cycle": None,
+         "lowest_fraction": 0.05, "highest_fraction": 0.05, "lowest": "widen"}]
+    assert "| n1 | dotprod | int8 | 2 | 31.8 | 88% - 99% | tile 1x8 |" in mca.format_summary(mca.summarize(rows))
 
 
 @pytest.fixture(scope="module")
