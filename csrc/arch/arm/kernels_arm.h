@@ -74,6 +74,9 @@ struct Dim {
 #else
 #define MOE_ARM_TILE __attribute__((noinline))
 #endif
+// A pass over the rows of a, once per call, that lays them out for the tiles:
+// a symbol of its own, so that benchmarks/mca.py names its loop for what it is.
+#define MOE_ARM_ROWS_PASS __attribute__((noinline))
 
 inline int64_t min_i64(int64_t x, int64_t y) { return x < y ? x : y; }
 

@@ -2,9 +2,10 @@
 // product of a 32-value chunk (Dot::chunk) and its tile shapes.
 //
 // A 16-byte load of a row of b is one 32-value chunk: its low nibbles are the
-// even values and its high nibbles the odd ones, and LD2 loads the chunk of a
-// row of a split the same way, so the nibbles multiply a as they are (0..15
-// is a valid int8), with no reordering of a. Groups are whole chunks: each
+// even values and its high nibbles the odd ones. a is split the same way once
+// per call (each chunk's 16 even values, then its 16 odd ones), so the nibbles
+// multiply a as they are (0..15 is a valid int8) and the tiles load a with
+// plain loads: an LD2 in the k loop takes a vector pipe from the multiplies. Groups are whole chunks: each
 // output keeps an int32 vector per group, whose horizontal sum, minus zero
 // point * sum of a over the group, turns into fp32 times the group scale once
 // per group. The per-group operands that do not depend on the chunk are set
@@ -62,6 +63,19 @@ struct W4A8Operands {
   }
 };
 
+// Rows of a, k apart, each chunk's even values and then its odd ones.
+inline MOE_ARM_ROWS_PASS const int8_t* w4a8_split(int64_t m, int64_t k, const int8_t* a, int64_t lda) {
+  int8_t* split = reinterpret_cast<int8_t*>(thread_scratch(ScratchUse::kRowsOfA, m * k));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t p = 0; p < k; p += kW4A8Chunk) {
+      const int8x16x2_t x = vld2q_s8(a + i * lda + p);
+      vst1q_s8(split + i * k + p, x.val[0]);
+      vst1q_s8(split + i * k + p + 16, x.val[1]);
+    }
+  }
+  return split;
+}
+
 struct W4A8Call {
   int64_t k, group;
   const int8_t* a;
@@ -101,7 +115,7 @@ MOE_ARM_TILE void w4a8_tile(const W4A8Call& w, int64_t i, int64_t j, int64_t nv)
     }
     for (int64_t p = g * w.group; p < (g + 1) * w.group; p += kW4A8Chunk) {
       int8x16x2_t va[R];
-      MOE_ARM_UNROLL for (int r = 0; r < R; ++r) va[r] = vld2q_s8(pa[r] + p);
+      MOE_ARM_UNROLL for (int r = 0; r < R; ++r) va[r] = {{vld1q_s8(pa[r] + p), vld1q_s8(pa[r] + p + 16)}};
       MOE_ARM_UNROLL for (int q = 0; q < C; ++q) {
         const uint8x16_t x = vld1q_u8(pb[q] + p / 2);
         const int8x16_t even = vreinterpretq_s8_u8(vandq_u8(x, low4));
@@ -135,7 +149,7 @@ template <class Dot, int MR, int NR, int NR1>
 void gemm_w4a8_tiled(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
                      const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
   const W4A8Operands ops(m, n, k, a, lda, groups);
-  const W4A8Call w{k, groups.group, a, lda, a_scale, b, ldb, ops, c, ldc};
+  const W4A8Call w{k, groups.group, w4a8_split(m, k, a, lda), k, a_scale, b, ldb, ops, c, ldc};
   for_each_tile<MR, 1, NR, NR1>(m, n, k / 2, [&](auto rows, auto cols, int64_t i, int64_t j, int64_t, int64_t nv) {
     w4a8_tile<Dot, decltype(rows)::value, decltype(cols)::value>(w, i, j, nv);
   });
