@@ -1,8 +1,9 @@
 // Armv8.6-A matrix multiply-accumulate: SMMLA (int8) and BFMMLA (bf16) each
 // compute a 2x2 output block from two rows of a and two rows of b, twice the
 // work of a dot-product instruction. Two natural-layout rows zipped by 64-bit
-// halves are exactly the operand each instruction wants, so no packing is
-// needed. fp32 has nothing new at this level and stays on NEON's kernel.
+// halves are exactly the operand each instruction wants: b's are zipped in
+// the tile, a's once per call (mmla_pairs). fp32 has nothing new at this
+// level and stays on NEON's kernel.
 //
 // INT4_W4A8 by SMMLA as well, from two rows of a: a 2x2 block takes four
 // SMMLAs a 32-value chunk where four outputs by SDOT take eight. Two rows of
@@ -81,12 +82,50 @@ void store2(float* c, float32x2_t v, int64_t nv) {
   }
 }
 
-// R x C outputs (both even) as R/2 x C/2 blocks of 2x2. Per 16-byte step,
-// rows 2i and 2i+1 of a zip into one operand for the first half of the
-// step and one for the second; the same for b. Rows past mv and columns
-// past nv re-read the last valid row and are not stored. Requires k >= kW.
+// The 16-byte steps of k of an MMLA tile: the k tail is one more step, at
+// k - kW, masked to what the full steps did not count.
+template <class Ops>
+int64_t mmla_steps(int64_t k) {
+  return (k + Ops::kW - 1) / Ops::kW;
+}
+
+// Rows of a for the MMLA tiles, zipped once per call rather than in every
+// tile's k loop, where the zips took a third of the vector pipes from the
+// MMLAs: per pair of rows (the last row of an odd m repeated) and step, 32
+// bytes, rows 2i and 2i+1 zipped by 64-bit halves into the operand of the
+// step's first half, then that of its second.
+template <class Ops>
+MOE_ARM_ROWS_PASS const uint8_t* mmla_pairs(int64_t m, int64_t k, const typename Ops::T* a, int64_t lda) {
+  constexpr int W = Ops::kW;
+  constexpr int64_t kSize = static_cast<int64_t>(sizeof(typename Ops::T));
+  const int64_t steps = mmla_steps<Ops>(k);
+  uint8_t* pairs = thread_scratch(ScratchUse::kRowsOfA, (m + 1) / 2 * steps * 32);
+  const uint8x16_t keep = keep_last((k - (steps - 1) * W) * kSize);
+  for (int64_t i = 0; i < m; i += 2) {
+    const auto* x_row = reinterpret_cast<const uint8_t*>(a + i * lda);
+    const auto* y_row = reinterpret_cast<const uint8_t*>(a + min_i64(i + 1, m - 1) * lda);
+    uint8_t* dst = pairs + i / 2 * steps * 32;
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t p = min_i64(s * W, k - W);
+      uint8x16_t x = vld1q_u8(x_row + p * kSize), y = vld1q_u8(y_row + p * kSize);
+      if (p != s * W) {
+        x = vandq_u8(x, keep);
+        y = vandq_u8(y, keep);
+      }
+      vst1q_u8(dst + s * 32, zip_lo(x, y));
+      vst1q_u8(dst + s * 32 + 16, zip_hi(x, y));
+    }
+  }
+  return pairs;
+}
+
+// R x C outputs (both even) as R/2 x C/2 blocks of 2x2, from R/2 row pairs
+// of mmla_pairs (steps apart) and C rows of b. Per 16-byte step, rows 2j and
+// 2j+1 of b zip into one operand for the first half of the step and one for
+// the second, as a's did. Rows past mv are the pairs' repeated rows, columns
+// past nv re-read the last valid row of b; neither is stored. Requires k >= kW.
 template <class Ops, int R, int C>
-MOE_ARM_TILE void mmla_tile(int64_t k, const typename Ops::T* a, int64_t lda,
+MOE_ARM_TILE void mmla_tile(int64_t k, const uint8_t* pairs, int64_t steps,
                             const typename Ops::T* b, int64_t ldb, int64_t mv, int64_t nv,
                             float* c, int64_t ldc, const float* a_scale, const float* b_scale) {
   static_assert(R % 2 == 0 && C % 2 == 0, "2x2 blocks");
@@ -96,11 +135,9 @@ MOE_ARM_TILE void mmla_tile(int64_t k, const typename Ops::T* a, int64_t lda,
   constexpr int CP = C / 2;
   constexpr int W = Ops::kW;
 
-  const uint8_t* pa[R];
+  const uint8_t* pa[RP];
   const uint8_t* pb[C];
-  MOE_ARM_UNROLL for (int r = 0; r < R; ++r) {
-    pa[r] = reinterpret_cast<const uint8_t*>(a + min_i64(r, mv - 1) * lda);
-  }
+  MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) pa[r] = pairs + r * steps * 32;
   MOE_ARM_UNROLL for (int j = 0; j < C; ++j) {
     pb[j] = reinterpret_cast<const uint8_t*>(b + min_i64(j, nv - 1) * ldb);
   }
@@ -110,12 +147,11 @@ MOE_ARM_TILE void mmla_tile(int64_t k, const typename Ops::T* a, int64_t lda,
     MOE_ARM_UNROLL for (int j = 0; j < CP; ++j) acc[r][j] = Ops::zero();
   }
 
-  auto step = [&](int64_t offset, auto load) MOE_ARM_ALWAYS_INLINE {
+  auto step = [&](int64_t s, int64_t offset, auto load) MOE_ARM_ALWAYS_INLINE {
     uint8x16_t lo[RP], hi[RP];
     MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
-      const uint8x16_t x = load(pa[2 * r] + offset), y = load(pa[2 * r + 1] + offset);
-      lo[r] = zip_lo(x, y);
-      hi[r] = zip_hi(x, y);
+      lo[r] = vld1q_u8(pa[r] + s * 32);
+      hi[r] = vld1q_u8(pa[r] + s * 32 + 16);
     }
     MOE_ARM_UNROLL for (int j = 0; j < CP; ++j) {
       const uint8x16_t x = load(pb[2 * j] + offset), y = load(pb[2 * j + 1] + offset);
@@ -126,13 +162,13 @@ MOE_ARM_TILE void mmla_tile(int64_t k, const typename Ops::T* a, int64_t lda,
     }
   };
   constexpr int64_t kSize = static_cast<int64_t>(sizeof(T));
-  int64_t p = 0;
-  for (; p + W <= k; p += W) {
-    step(p * kSize, [](const uint8_t* q) MOE_ARM_ALWAYS_INLINE { return vld1q_u8(q); });
+  int64_t p = 0, s = 0;
+  for (; p + W <= k; p += W, ++s) {
+    step(s, p * kSize, [](const uint8_t* q) MOE_ARM_ALWAYS_INLINE { return vld1q_u8(q); });
   }
   if (p < k) {
     const uint8x16_t keep = keep_last((k - p) * kSize);
-    step((k - W) * kSize,
+    step(s, (k - W) * kSize,
          [keep](const uint8_t* q) MOE_ARM_ALWAYS_INLINE { return vandq_u8(vld1q_u8(q), keep); });
   }
 
@@ -166,7 +202,7 @@ MOE_ARM_TILE void mmla_tile(int64_t k, const typename Ops::T* a, int64_t lda,
 // m repeated) and chunk, 64 bytes, the operands of its four SMMLAs: the even
 // values of the chunk's first half of each row, then of its second half, then
 // the odd values likewise (each 8 bytes of one row, then 8 of the other).
-int8_t* w4a8_pairs(int64_t m, int64_t k, const int8_t* a, int64_t lda) {
+MOE_ARM_ROWS_PASS int8_t* w4a8_pairs(int64_t m, int64_t k, const int8_t* a, int64_t lda) {
   const int64_t chunks = k / kW4A8Chunk;
   int8_t* pairs = reinterpret_cast<int8_t*>(thread_scratch(ScratchUse::kRowsOfA, (m + 1) / 2 * chunks * 64));
   for (int64_t i = 0; i < m; i += 2) {
@@ -269,11 +305,13 @@ template <class Ops>
 void gemm_mmla(int64_t m, int64_t n, int64_t k, const typename Ops::T* a, int64_t lda,
                const typename Ops::T* b, int64_t ldb, float* c, int64_t ldc, const float* a_scale,
                const float* b_scale) {
+  const uint8_t* pairs = mmla_pairs<Ops>(m, k, a, lda);
+  const int64_t steps = mmla_steps<Ops>(k);
   for_each_tile<8, 2, 8, 16>(
       m, n, k * static_cast<int64_t>(sizeof(typename Ops::T)),
       [&](auto rows, auto cols, int64_t i, int64_t j, int64_t mv, int64_t nv) {
         mmla_tile<Ops, decltype(rows)::value, decltype(cols)::value>(
-            k, a + i * lda, lda, b + j * ldb, ldb, mv, nv, c + i * ldc + j, ldc,
+            k, pairs + i / 2 * steps * 32, steps, b + j * ldb, ldb, mv, nv, c + i * ldc + j, ldc,
             a_scale ? a_scale + i : nullptr, b_scale ? b_scale + j : nullptr);
       });
 }
