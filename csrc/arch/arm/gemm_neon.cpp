@@ -12,6 +12,7 @@
 #include "arch/arm/w4a8.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
+#include "core/scratch.h"
 
 namespace moe_xarch {
 namespace {
@@ -116,6 +117,27 @@ float bf16_to_f32(uint16_t bits) {
   return value;
 }
 
+// bf16 has no multiply at this level: each value is widened to fp32 first. In
+// BF16Ops's tiles that takes as many vector instructions as half their FMAs;
+// from this many rows of a on, a and b are widened once per call instead (b
+// then costs 1/m of the FMAs, a 1/n) and the fp32 tiles do the work.
+constexpr int64_t kBF16WidenedFromRows = 8;
+
+// rows x k bf16 values (ld apart; k >= 8) into fp32 rows k apart.
+MOE_ARM_ROWS_PASS void widen_bf16_rows(int64_t rows, int64_t k, const uint16_t* src, int64_t ld, float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint16_t* in = src + r * ld;
+    float* out = dst + r * k;
+    for (int64_t p = 0;; p += 8) {
+      p = min_i64(p, k - 8);  // the last step overlaps the one before: rewritten, the same values
+      const float32x4x2_t wide = BF16Ops::load(in + p);
+      vst1q_f32(out + p, wide.val[0]);
+      vst1q_f32(out + p + 4, wide.val[1]);
+      if (p == k - 8) break;
+    }
+  }
+}
+
 // k shorter than one vector: plain loops (Acc is float or int32_t).
 template <class Acc, class T, class Widen>
 void gemm_short_k(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
@@ -149,6 +171,13 @@ void gemm_bf16_neon(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t 
   MOE_KERNEL_USE(kGemmBF16);
   if (k < BF16Ops::kW) {
     return gemm_short_k<float>(m, n, k, a, lda, b, ldb, c, ldc, nullptr, nullptr, bf16_to_f32);
+  }
+  if (m >= kBF16WidenedFromRows) {
+    float* wide_a = reinterpret_cast<float*>(thread_scratch(ScratchUse::kRowsOfA, (m + n) * k * 4));
+    float* wide_b = wide_a + m * k;
+    widen_bf16_rows(m, k, a, lda, wide_a);
+    widen_bf16_rows(n, k, b, ldb, wide_b);
+    return gemm_dot<F32Ops, 4, 4, 8>(m, n, k, wide_a, k, wide_b, k, c, ldc, nullptr, nullptr);
   }
   gemm_dot<BF16Ops, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc, nullptr, nullptr);
 }
