@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import hashlib
 import json
 import os
@@ -292,32 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     repeats = [[row for repeat, rows in done if repeat == r for row in rows] for r in range(args.repeat)]
     differences = compare_repeats(repeats)
     rows = repeats[0]
-    document = {"meta": {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                         "seconds": round(time.perf_counter() - began, 1), "repeats": args.repeat,
-                         "deterministic": not differences if args.repeat > 1 else None,
-                         "differences": differences, "qemu": sorted({(Path(j[5]) / "VERSION").read_text().strip()
-                                                                     for j in jobs}),
+    document = {"meta": {**determinism.meta(began, args.repeat, differences),
+                         "qemu": sorted({(Path(j[5]) / "VERSION").read_text().strip() for j in jobs}),
                          "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}},
                 "results": rows}
-    text = format_table(rows)
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "insn_count.json").write_text(json.dumps(document, indent=2) + "\n")
-    (args.out / "insn_count.md").write_text(text + "\n")
-    try:
-        path = plot(rows, args.out / "insn_count.png")
-    except ImportError as error:  # matplotlib absent: the numbers still stand
-        print(f"no plot: {error}")
-    else:
-        print(f"wrote {path}")
-    if args.repeat > 1:
-        print(f"deterministic over {args.repeat} runs: " + ("yes" if not differences else "NO"))
-        for line in differences:
-            print(f"  {line}")
-    print(f"wrote {args.out / 'insn_count.json'} and {args.out / 'insn_count.md'} "
-          f"in {document['meta']['seconds']:.0f} s")
-    return 1 if differences else 0
-
+    return determinism.write_report(args.out, "insn_count", document, format_table(rows),
+                                    lambda path: plot(rows, path))
 
 if __name__ == "__main__":
     sys.exit(main())

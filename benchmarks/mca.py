@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import functools
 import json
 import os
@@ -598,30 +597,13 @@ def main(argv: list[str] | None = None) -> int:
     differences = compare_repeats(repeats)
     rows = repeats[0]
     version = subprocess.run([tool, "--version"], capture_output=True, text=True).stdout
-    document = {"meta": {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                         "seconds": round(time.perf_counter() - began, 1), "repeats": args.repeat,
-                         "deterministic": not differences if args.repeat > 1 else None,
-                         "differences": differences, "iterations": ITERATIONS,
+    document = {"meta": {**determinism.meta(began, args.repeat, differences), "iterations": ITERATIONS,
                          "llvm_mca": next((ln.strip() for ln in version.splitlines() if "version" in ln), ""),
                          "cores": [dataclasses.asdict(c) for c in chosen]},
                 "summary": summarize(rows), "results": rows}
     text = format_table(rows) + "\n\n" + format_summary(document["summary"])
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "mca.json").write_text(json.dumps(document, indent=2) + "\n")
-    (args.out / "mca.md").write_text(text + "\n")
-    try:
-        print(f"wrote {plot(rows, args.out / 'mca.png')}")
-    except ImportError as error:
-        print(f"no plot: {error}")
-    if args.repeat > 1:
-        print(f"deterministic over {args.repeat} runs: " + ("yes" if not differences else "NO"))
-        for line in differences:
-            print(f"  {line}")
-    print(f"wrote {args.out / 'mca.json'} and {args.out / 'mca.md'}: {len(rows)} loop figures "
-          f"in {document['meta']['seconds']:.0f} s")
-    return 1 if differences else 0
-
+    return determinism.write_report(args.out, "mca", document, text, lambda path: plot(rows, path),
+                                    f"{len(rows)} loop figures")
 
 if __name__ == "__main__":
     sys.exit(main())
