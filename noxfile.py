@@ -187,7 +187,8 @@ def bench_insn(session: nox.Session) -> None:
     Table, JSON and PNG go to bench-results/insn/.
     """
     session.install("matplotlib", "pytest")
-    session.run("python", "-m", "pytest", "tests/bench/test_insn_count.py", "-q", "-p", "no:cacheprovider")
+    session.run("python", "-m", "pytest", "tests/bench/test_insn_count.py", "tests/bench/test_determinism.py", "-q",
+                "-p", "no:cacheprovider")
     session.run("python", "-m", "benchmarks.insn_count", *session.posargs)
 
 
@@ -205,5 +206,6 @@ def bench_mca(session: nox.Session) -> None:
 
     # torch for CMake's configure (the aarch64 cross torch is fetched by the harness).
     session.install(native.host_torch_requirement(), *tools.backend_requirements(), "matplotlib", "pytest")
-    session.run("python", "-m", "pytest", "tests/bench/test_mca.py", "-q", "-p", "no:cacheprovider")
+    session.run("python", "-m", "pytest", "tests/bench/test_mca.py", "tests/bench/test_determinism.py", "-q",
+                "-p", "no:cacheprovider")
     session.run("python", "-m", "benchmarks.mca", *session.posargs)
