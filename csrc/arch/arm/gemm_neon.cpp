@@ -128,12 +128,11 @@ MOE_ARM_ROWS_PASS void widen_bf16_rows(int64_t rows, int64_t k, const uint16_t* 
   for (int64_t r = 0; r < rows; ++r) {
     const uint16_t* in = src + r * ld;
     float* out = dst + r * k;
-    for (int64_t p = 0;; p += 8) {
-      p = min_i64(p, k - 8);  // the last step overlaps the one before: rewritten, the same values
+    for (int64_t step = 0; step < k; step += 8) {
+      const int64_t p = min_i64(step, k - 8);  // the last step may overlap the one before: the same values again
       const float32x4x2_t wide = BF16Ops::load(in + p);
       vst1q_f32(out + p, wide.val[0]);
       vst1q_f32(out + p + 4, wide.val[1]);
-      if (p == k - 8) break;
     }
   }
 }
