@@ -60,12 +60,7 @@ def builds_planned(targets: list[Target], requested: list[str], host_arch: str) 
 
 def _prepare(targets: list[Target], steps: console.StepLog) -> None:
     with steps.step("host set-up"):
-        host.ensure_host(
-            host.Needs(
-                debootstrap=any(not t.base_image for t in targets),
-                emulated_arches=tuple(t.arch for t in targets if t.runner == "qemu"),
-            )
-        )
+        host.ensure_host(host.Needs.of(targets))
         containers.remove_stale()
 
 

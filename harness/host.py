@@ -17,11 +17,15 @@ import ssl
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.errors import HarnessError
 from harness.project import NAME
+
+if TYPE_CHECKING:
+    from harness.targets import Target
 
 BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
 DOCKERD_LOG = Path(tempfile.gettempdir()) / f"{NAME}-dockerd.log"
@@ -71,6 +75,13 @@ def ca_bundle() -> Path:
 class Needs:
     debootstrap: bool  # some image starts from a debootstrap root
     emulated_arches: tuple[str, ...]  # arches run under qemu-user
+
+    @classmethod
+    def of(cls, targets: Iterable[Target]) -> Needs:
+        """What building and testing these targets in containers takes of the host."""
+        targets = list(targets)
+        return cls(debootstrap=any(not t.base_image for t in targets),
+                   emulated_arches=tuple(t.arch for t in targets if t.runner == "qemu"))
 
 
 @dataclasses.dataclass(frozen=True)

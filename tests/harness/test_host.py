@@ -107,3 +107,14 @@ def test_ca_bundle_prefers_ssl_cert_file(tmp_path, monkeypatch):
     bundle.write_text("x")
     monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
     assert host.ca_bundle() == bundle
+
+
+def test_the_needs_of_targets_are_debootstrap_for_a_root_of_its_own_and_qemu_for_emulated_ones():
+    from harness.targets import load_targets
+
+    targets = load_targets()
+    emulated = [t for t in targets.values() if t.runner == "qemu"]
+    needs = host.Needs.of(targets.values())
+    assert needs.emulated_arches == tuple(t.arch for t in emulated) and emulated
+    assert needs.debootstrap == any(not t.base_image for t in targets.values())
+    assert host.Needs.of([]) == host.Needs(debootstrap=False, emulated_arches=())

@@ -71,8 +71,7 @@ def published(tmp_path_factory: pytest.TempPathFactory, tested_release: Release)
 def _test_image(target: Target) -> str:
     """The target's test image, as the test sessions make it: on a fresh machine
     (a CI job of its own) the host needs Docker, QEMU's registration and debootstrap."""
-    host.ensure_host(host.Needs(debootstrap=not target.base_image,
-                                emulated_arches=(target.arch,) if target.runner == "qemu" else ()))
+    host.ensure_host(host.Needs.of([target]))
     specs = images.ensure_images(target, IMAGE_CONTEXTS, console.StepLog(), upto="test")
     return specs["test"].tag
 
