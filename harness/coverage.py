@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from harness import console, containers, cross, images, suite
+from harness import console, containers, cross, host, images, suite
 from harness.paths import COVERAGE_BUILD, COVERAGE_REPORTS, IMAGE_CONTEXTS, REPO
 from harness.project import ENV_PREFIX, SUPPORTED_ISAS
 from harness.targets import ARCHES, Target, load_targets, select
@@ -47,16 +47,33 @@ CMAKE_SETTING = f"cmake.define.{ENV_PREFIX}_COVERAGE=ON"
 @dataclasses.dataclass(frozen=True)
 class Unreachable:
     """Uncovered lines of `files` (a glob) on `arch`: each line whose text matches `text` (a regex)
-    and the `lines` - 1 after it; and why. With `missing_level`, only when that level had no
-    run (a CPU without it)."""
+    and the `lines` - 1 after it; and why. With `missing_levels`, only when none of those levels
+    had a run (a CPU without them)."""
 
     files: str
     text: str
     reason: str
     arch: str = "*"
     lines: int = 1
-    missing_level: str = ""
+    missing_levels: tuple[str, ...] = ()
 
+
+# The driver's calls of the fused fp8 and MXFP4 GEMMs and of the tile-reading kernels, and the
+# tile and line layouts' code: (file, text, lines), as Unreachable's.
+FUSED_GEMM_LINES = (
+    ("csrc/core/expert_gemm.cpp", r"^t\.k = w_\.cols;  // blocks end at the logical width", 5),
+    ("csrc/core/expert_gemm.cpp", r"^kernels_\.gemm_bf16_mxfp4\(m, w\.rows", 3),
+    ("csrc/core/expert_gemm.cpp", r"\(w_\.tiles \|\| kernels_\.gemm_bf16_fp8_takes\(m\)\)\) \{", 6),
+    ("csrc/core/expert_gemm.cpp", r"\(w\.tiles \? kernels_\.gemm_bf16_fp8_tiles : kernels_\.gemm_bf16_fp8\)", 3),
+)
+TILE_LAYOUT_LINES = (
+    ("csrc/core/expert_gemm.cpp", r"fp8_line_row\(base \+ r / 16", 1),
+    ("csrc/core/packed_layout.h", r"constexpr int64_t (tile_byte|fp8_line_byte)\(", 2),
+    ("csrc/core/packed_layout.h", r"^inline void fp8_line_row\(", 2),
+    ("csrc/core/packed_layout.cpp", r"^bool tiles_apply\(", 2),
+    ("csrc/core/packed_layout.cpp", r"^void (store_fp8_lines|store_tiles)\(", 8),
+    ("csrc/core/packed_layout.cpp", r"if \(header\.layout == static_cast<int32_t>\(PackLayout::kTiles16\)\) \{", 6),
+)
 
 # Lines no run on these machines can execute. Matched by their text, not their
 # number, so that edits elsewhere in a file keep them in place.
@@ -70,38 +87,29 @@ UNREACHABLE = (
     Unreachable("csrc/core/activations.h", r"^inline uint16_t to_bf16_bits\(float value\)",
                 "inlined at every use: gcov counts the out-of-line copy, which nothing calls"),
     Unreachable("csrc/arch/x86/e4m3_bf16.h", r"return reinterpret_cast<__m512i>\(half\); \}\);",
-                "the exact fp8 widening of AMX tiles: this CPU has no AMX", arch="x86_64", missing_level="amx"),
+                "the exact fp8 widening of AMX tiles: this CPU has no AMX", arch="x86_64", missing_levels=("amx",)),
     Unreachable("csrc/core/methods.cpp", r'^default: return "unknown";',
                 "method_name is asked only of a method check_method accepted (0 to 4)"),
     *(Unreachable(path, text, "the tile and line layouts and the fused fp8 and MXFP4 GEMMs are x86 levels' "
                   "(KernelSet::reads_tiles, gemm_bf16_fp8, gemm_bf16_mxfp4): no aarch64 level has them",
                   "aarch64", lines)
-      for path, text, lines in (
-          ("csrc/core/expert_gemm.cpp", r"^t\.k = w_\.cols;  // blocks end at the logical width", 5),
-          ("csrc/core/expert_gemm.cpp", r"^kernels_\.gemm_bf16_mxfp4\(m, w\.rows", 3),
-          ("csrc/core/expert_gemm.cpp", r"\(w_\.tiles \|\| kernels_\.gemm_bf16_fp8_takes\(m\)\)\) \{", 6),
-          ("csrc/core/expert_gemm.cpp", r"\(w\.tiles \? kernels_\.gemm_bf16_fp8_tiles : kernels_\.gemm_bf16_fp8\)", 3),
-          ("csrc/core/expert_gemm.cpp", r"fp8_line_row\(base \+ r / 16", 1),
-          ("csrc/core/packed_layout.h", r"constexpr int64_t (tile_byte|fp8_line_byte)\(", 2),
-          ("csrc/core/packed_layout.h", r"^inline void fp8_line_row\(", 2),
-          ("csrc/core/packed_layout.cpp", r"^bool tiles_apply\(", 2),
-          ("csrc/core/packed_layout.cpp", r"^void (store_fp8_lines|store_tiles)\(", 8),
-          ("csrc/core/packed_layout.cpp", r"if \(header\.layout == static_cast<int32_t>\(PackLayout::kTiles16\)\) \{", 6),
-      )),
+      for path, text, lines in (*FUSED_GEMM_LINES, *TILE_LAYOUT_LINES)),
+    *(Unreachable(path, text, "the tile and line layouts are read by the avx512_bf16 and amx levels alone "
+                  "(KernelSet::reads_tiles): this CPU has neither", "x86_64", lines, ("avx512_bf16", "amx"))
+      for path, text, lines in TILE_LAYOUT_LINES),
+    Unreachable("csrc/arch/x86/loop_nest.h", r"^bsum\[c\] = Op::zero\(\);$",
+                "the b sums of the VNNI int8 op (kSumB), whose tiles only the AVX-512 levels have: "
+                "elsewhere the store is dead, and gcov counts no run of it", "x86_64",
+                missing_levels=("avx512", "avx512_bf16", "amx")),
+    Unreachable("csrc/arch/x86/mxfp4_tiles.h", r"^const int64_t ahead = cols\.ahead \* ldb;$",
+                "at avx2 GCC folds it into the steps' prefetch addresses and gcov counts no run of it, "
+                "though the lines around it run; the AVX-512 levels' tiles count it", "x86_64",
+                missing_levels=("avx512", "avx512_bf16")),
     Unreachable("csrc/arch/x86/gemm_avx2.cpp", r"if \(add\) v = _mm256_add_ps\(v, _mm256_load_ps\(Padded",
                 "8-column tiles are the m = 1 stream's, which never cuts K into blocks (nothing to add to)"),
     Unreachable("csrc/core/activations.cpp", r"^case ComputeType::kInt8: std::fill\(s8\.get\(\)",
                 "zero_padding is called for bf16 and fp32 intermediates only (w1_activation.cpp): "
                 "store_row quantizes int8 ones, padding included"),
-    *(Unreachable("csrc/core/dispatch.cpp", text,
-                  f"a refused {ENV_PREFIX}_ISA (on aarch64, whose runs select their level by CPU model, "
-                  "any forced one): only the processes tests/kernels/level_runner.py forks are started "
-                  "with one (test_registration.py asserts what they do), and they leave by os._exit, "
-                  "before gcov writes their counts", arch, lines)
-      for text, lines, arch in ((r"^std::string level_names\(", 8, "*"),
-                                (rf'^TORCH_CHECK\(false, "{ENV_PREFIX}_ISA="', 1, "*"),
-                                (r"^for \(const IsaLevel& level : ladder\) \{$", 1, "aarch64"),
-                                (r"^if \(std::string\(level\.name\) != forced\) continue;$", 4, "aarch64"))),
 )
 
 
@@ -212,7 +220,7 @@ def reasons(arch: str, path: str, text: Sequence[str], levels_run: Iterable[str]
     for rule in unreachable:
         if not (fnmatch.fnmatch(arch, rule.arch) and fnmatch.fnmatch(path, rule.files)):
             continue
-        if rule.missing_level and rule.missing_level in ran:
+        if rule.missing_levels and ran & set(rule.missing_levels):
             continue
         for index, line in enumerate(text):
             if re.search(rule.text, line.strip()):
@@ -233,17 +241,60 @@ class Gap:
     reason: str  # empty: nothing explains it
 
 
+INCLUDE = re.compile(r'^\s*#include "([^"]+)"', re.MULTILINE)
+
+
+def included(path: str, root: Path = REPO) -> set[str]:
+    """The project headers `path` includes, directly or through others (include paths are from csrc/)."""
+    seen: set[str] = set()
+    todo = [path]
+    while todo:
+        for name in INCLUDE.findall((root / todo.pop()).read_text()):
+            header = f"csrc/{name}"
+            if header not in seen and (root / header).is_file():
+                seen.add(header)
+                todo.append(header)
+    return seen
+
+
+def includers(arch: str, declared: Mapping[str, str], root: Path = REPO) -> dict[str, set[str]]:
+    """Each header of the arch's folder that some level's own files include -> those levels:
+    only their runs can reach it (avx512_reduce.h is compiled under the AVX-512 levels alone)."""
+    levels: dict[str, set[str]] = {}
+    for level in sorted(set(declared.values())):
+        for path in own_files(arch, level, declared):
+            for header in included(path, root):
+                if header.startswith(f"csrc/arch/{ARCHES[arch].sources}/"):
+                    levels.setdefault(header, set()).add(level)
+    return levels
+
+
+def unchecked(arch: str, runs: Mapping[str, dict[str, FileCoverage]], sources: Path = REPO) -> dict[str, str]:
+    """Shared headers no run can have reached, as not_run entries: the levels that include them had no run."""
+    found = {}
+    for header, levels in sorted(includers(arch, level_sources(sources), sources).items()):
+        if not levels & set(runs):
+            found[f"{arch} {header}"] = f"only {', '.join(sorted(levels))} include it, and none of them ran"
+    return found
+
+
 def gaps(arch: str, runs: Mapping[str, dict[str, FileCoverage]], sources: Path = REPO) -> list[Gap]:
-    """Uncovered lines of each level's own files under it, and of the shared files over all runs."""
+    """Uncovered lines of each level's own files under it, and of the shared files over the runs
+    that reach them: the arch's headers over the runs of the levels that include them, the
+    driver and the headers no level's own file includes over all runs."""
     declared = level_sources(sources)
     checked: list[tuple[str, str, FileCoverage]] = []
     for level, files in runs.items():
         checked += [(level, path, files[path]) for path in own_files(arch, level, declared) if path in files]
-    union: dict[str, FileCoverage] = {}
-    for files in runs.values():
-        for path, coverage in files.items():
-            union[path] = union[path].merge(coverage) if path in union else coverage
-    checked += [("all", path, union[path]) for path in shared_files(arch, sorted(union))]
+    reached_by = includers(arch, declared, sources)
+    paths = sorted({path for files in runs.values() for path in files})
+    for path in shared_files(arch, paths):
+        union: FileCoverage | None = None
+        for level, files in runs.items():
+            if path in files and (path not in reached_by or level in reached_by[path]):
+                union = files[path] if union is None else union.merge(files[path])
+        if union is not None:
+            checked.append(("all", path, union))
     found = []
     for level, path, coverage in checked:
         text = (sources / path).read_text().splitlines()
@@ -389,6 +440,8 @@ def emulated_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], out
     """Cross-built instrumented wheel, then the suite under each CPU model in the test image,
     the models side by side (each in one process: see _workers)."""
     build_dir = COVERAGE_BUILD / target.arch
+    host.ensure_host(host.Needs.of([target]))  # Docker, QEMU's registration, debootstrap, as the test sessions
+    containers.remove_stale()
     wheels = _fresh(COVERAGE_BUILD / f"{target.arch}-wheel")
     cross.ensure_compiler(target)
     console.run_streamed(
@@ -431,6 +484,8 @@ def main(bin_dir: Path, arches: Sequence[str], pytest_args: Sequence[str]) -> bo
         runner = native_runs if target.runner == "native" else emulated_runs
         runner(target, bin_dir, pytest_args, outcome)
     found = [gap for arch, runs in outcome.runs.items() for gap in gaps(arch, runs)]
+    for arch, runs in outcome.runs.items():
+        outcome.not_run.update(unchecked(arch, runs))
     print(write_report(outcome.runs, found, outcome.not_run), flush=True)
     for run in outcome.failed:
         print(f"the suite failed under {run}", flush=True)

@@ -3,6 +3,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from harness import coverage, cross, suite
 from harness.targets import load_targets
 
@@ -88,6 +90,7 @@ def write_sources(root: Path) -> None:
         "CMakeLists.txt": "moe_level_source(csrc/generic/gemm_generic.cpp generic)\n",
         "csrc/arch/arm/sources.cmake": "moe_level_source(csrc/arch/arm/gemm_neon.cpp neon -march=armv8-a)\n"
                                        "  moe_level_source(csrc/arch/arm/gemm_i8mm.cpp i8mm\n  -march=x)\n",
+        "csrc/generic/gemm_generic.cpp": "a\n",
         "csrc/arch/arm/gemm_i8mm.cpp": "a\nk tail\n",
         "csrc/arch/arm/gemm_neon.cpp": "a\nb\n",
         "csrc/core/methods.cpp": "default: return \"unknown\";\nok\nnever\n",
@@ -164,9 +167,12 @@ def test_the_runs_select_the_tests_the_test_sessions_plan_gives_them(repo_root):
 
 
 def test_a_reason_for_a_level_this_cpu_lacks_lapses_once_the_level_ran():
-    rule = coverage.Unreachable("a.cpp", r"^amx$", "no AMX here", missing_level="amx")
+    rule = coverage.Unreachable("a.cpp", r"^amx$", "no AMX here", missing_levels=("amx",))
     assert coverage.reasons("x86_64", "a.cpp", ["amx"], ["generic"], unreachable=[rule]) == {1: "no AMX here"}
     assert coverage.reasons("x86_64", "a.cpp", ["amx"], ["generic", "amx"], unreachable=[rule]) == {}
+    either = coverage.Unreachable("a.cpp", r"^tiles$", "no tile level here", missing_levels=("avx512_bf16", "amx"))
+    assert coverage.reasons("x86_64", "a.cpp", ["tiles"], ["avx2"], unreachable=[either]) == {1: "no tile level here"}
+    assert coverage.reasons("x86_64", "a.cpp", ["tiles"], ["avx2", "avx512_bf16"], unreachable=[either]) == {}
 
 
 def test_every_reason_matches_lines_of_the_sources(repo_root):
@@ -178,3 +184,42 @@ def test_every_reason_matches_lines_of_the_sources(repo_root):
         matched = [path for path in sources if coverage.reasons(
             arch, path, (repo_root / path).read_text().splitlines(), unreachable=[rule])]
         assert matched, rule
+
+
+def test_the_emulated_runs_set_the_host_up_first_as_the_test_sessions_do(monkeypatch, tmp_path):
+    """On a fresh machine Docker, QEMU's registration and debootstrap come before the build."""
+    from harness import containers, host
+
+    (target,) = [t for t in load_targets().values() if t.runner == "qemu"]
+    calls = []
+    monkeypatch.setattr(host, "ensure_host", lambda needs: calls.append(needs))
+    monkeypatch.setattr(containers, "remove_stale", lambda: calls.append("remove_stale") or [])
+
+    def stop(*args, **kwargs):
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(cross, "ensure_compiler", stop)
+    with pytest.raises(RuntimeError, match="stop here"):
+        coverage.emulated_runs(target, tmp_path, [], coverage.Outcome())
+    assert calls == [host.Needs.of([target]), "remove_stale"]
+
+
+def test_an_arch_header_is_checked_over_the_runs_of_the_levels_that_include_it(tmp_path):
+    """avx512_reduce.h is compiled under the AVX-512 levels alone: on a CPU without them no run
+    reaches it, which the report says, rather than calling its lines unreached."""
+    write_sources(tmp_path)
+    (tmp_path / "csrc/arch/arm/gemm_i8mm.cpp").write_text('#include "arch/arm/mmla.h"\na\n')
+    (tmp_path / "csrc/arch/arm/mmla.h").write_text('#include "arch/arm/zip.h"\nx\n')
+    (tmp_path / "csrc/arch/arm/zip.h").write_text("y\n")
+    fc = coverage.FileCoverage
+    assert coverage.included("csrc/arch/arm/gemm_i8mm.cpp", tmp_path) == {"csrc/arch/arm/mmla.h",
+                                                                          "csrc/arch/arm/zip.h"}
+    neon_only = {"neon": {"csrc/arch/arm/zip.h": fc({1: 0}), "csrc/arch/arm/gemm_neon.cpp": fc({1: 1, 2: 1})}}
+    assert coverage.gaps("aarch64", neon_only, sources=tmp_path) == []
+    assert coverage.unchecked("aarch64", neon_only, sources=tmp_path) == {
+        "aarch64 csrc/arch/arm/mmla.h": "only i8mm include it, and none of them ran",
+        "aarch64 csrc/arch/arm/zip.h": "only i8mm include it, and none of them ran"}
+    both = {**neon_only, "i8mm": {"csrc/arch/arm/zip.h": fc({1: 0})}}
+    assert [(g.level, g.file, g.line) for g in coverage.gaps("aarch64", both, sources=tmp_path)] == [
+        ("all", "csrc/arch/arm/zip.h", 1)]
+    assert coverage.unchecked("aarch64", both, sources=tmp_path) == {}

@@ -20,6 +20,7 @@ DIR/<level>.stderr; when it has ended this process prints
 
 from __future__ import annotations
 
+import ctypes
 import faulthandler
 import json
 import os
@@ -96,8 +97,17 @@ def _fork(directory: Path, level: str, packs: bool) -> int:
                 sys.stdout.flush()
                 sys.stderr.flush()
         finally:
-            os._exit(code)  # never back into the parent's code
+            _leave(code)
     return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def _leave(code: int) -> None:
+    """End a child, never back into the parent's code. os._exit skips the library's
+    destructors, where gcov writes its counts: under `nox -s coverage`, which sets
+    GCOV_PREFIX, the C library's exit runs them."""
+    if "GCOV_PREFIX" in os.environ:
+        ctypes.CDLL(None).exit(code)
+    os._exit(code)
 
 
 def main(directory: str, *levels: str) -> None:
