@@ -377,6 +377,7 @@ bool gemm_bf16_fp8_takes(int64_t m) { return m <= kFp8RegisterRows; }
 // int16 pairs, at most 4 * 15 * 127 once the halves are added, then vpmaddwd
 // sums them into int32 lanes, each 128-bit lane one 32-value chunk.
 constexpr int64_t kW4A8Step = 64;
+constexpr int64_t kInt16Steps = 4;  // 4 * 4 * 15 * 127 < 2^15
 
 // A row of a in step order, with its chunk sums (x86::W4A8Operands): a byte
 // shuffle puts each 16-byte lane's even values before its odd ones, qword and
@@ -413,7 +414,9 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
     x86::w4a8_tile<MR, NR>(*this, i, cols, k);
   }
 
-  // As gemm_int4_avx512.cpp's.
+  // As gemm_int4_avx512.cpp's, but for the sums of whole groups: there each
+  // step's int16 pair sums (at most 4 * 15 * 127) add up over kInt16Steps
+  // steps before vpmaddwd widens them and their group's scale applies, once.
   template <int MR, int NR, bool kOneGroup>
   MOE_X86_INLINE void run(int64_t i, const x86::TileCols& cols, int64_t k) {
     const x86::W4A8Columns<NR> col(b, ldb, groups, cols);
@@ -421,62 +424,89 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
     if constexpr (MR == 1) col.prefetch_groups(cols.ahead, groups.ld);
     const __m256i chunk_of_lane = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
     const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+    const int8_t* a_row[MR];
+    for (int r = 0; r < MR; ++r) a_row[r] = ops.a + (i + r) * ops.lda;
     __m256 acc[MR][NR];
     for (int r = 0; r < MR; ++r) {
       for (int q = 0; q < NR; ++q) acc[r][q] = _mm256_setzero_ps();
     }
-    const int64_t span = kOneGroup ? groups.group : k;
-    for (int64_t p0 = 0, g = 0; p0 < k; p0 += span, ++g) {
-      const int64_t p1 = k - p0 < span ? k : p0 + span;
-      for (int64_t p = p0; p < p1; p += kStep) {
+    // acc += the int16 pair sums of steps [p, p1), whole ones (kOneGroup) or
+    // a K tail of 32 values (its 16 bytes only), times scale(q), computed
+    // there and not held: the tile's sums and totals take the registers.
+    const auto steps = [&](int64_t p, int64_t p1, auto scale) {
+      __m256i sums[MR][NR];
+      for (int r = 0; r < MR; ++r) {
+        for (int q = 0; q < NR; ++q) sums[r][q] = _mm256_setzero_si256();
+      }
+      for (; p < p1; p += kStep) {
         __m256i even[MR], odd[MR];
         for (int r = 0; r < MR; ++r) {
-          even[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ops.a + (i + r) * ops.lda + p));
-          odd[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(ops.a + (i + r) * ops.lda + p + 32));
-        }
-        __m128i step_groups;
-        if constexpr (!kOneGroup) {
-          step_groups = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(ops.chunk_group + p / x86::kW4A8Chunk));
+          even[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(a_row[r] + p));
+          odd[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(a_row[r] + p + 32));
         }
         for (int q = 0; q < NR; ++q) {
           if constexpr (MR == 1) __builtin_prefetch(col.b[q] + ahead + p / 2, 0, 3);
-          // A K tail of 32 values reads its 16 bytes only.
-          const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(col.b[q] + p / 2));
-          const __m256i packed = p1 - p >= kStep
-                                     ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col.b[q] + p / 2))
-                                     : _mm256_inserti128_si256(_mm256_setzero_si256(), first, 0);
+          const __m256i packed =
+              kOneGroup || p1 - p >= kStep
+                  ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col.b[q] + p / 2))
+                  : _mm256_inserti128_si256(_mm256_setzero_si256(),
+                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(col.b[q] + p / 2)), 0);
           const __m256i lo = _mm256_and_si256(packed, low4);
           const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
-          __m256 scale;
-          if constexpr (kOneGroup) {
-            scale = _mm256_set1_ps(col.scale[q][g]);
-          } else {
-            const __m128 two = _mm_i32gather_ps(col.scale[q], step_groups, 4);
-            scale = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), chunk_of_lane);
-          }
           for (int r = 0; r < MR; ++r) {
             const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, even[r]), _mm256_maddubs_epi16(hi, odd[r]));
-            acc[r][q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)), scale, acc[r][q]);
+            sums[r][q] = _mm256_add_epi16(sums[r][q], pairs);
           }
         }
       }
+      for (int r = 0; r < MR; ++r) {
+        for (int q = 0; q < NR; ++q) {
+          acc[r][q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(sums[r][q], ones)), scale(q), acc[r][q]);
+        }
+      }
+    };
+    if constexpr (kOneGroup) {
+      for (int64_t p0 = 0, g = 0; p0 < k; p0 += groups.group, ++g) {
+        const auto scale = [&](int q) { return _mm256_set1_ps(col.scale[q][g]); };
+        for (int64_t p = p0; p < p0 + groups.group; p += kInt16Steps * kStep) {
+          steps(p, p0 + groups.group - p < kInt16Steps * kStep ? p0 + groups.group : p + kInt16Steps * kStep, scale);
+        }
+      }
+    } else {
+      for (int64_t p = 0; p < k; p += kStep) {
+        // Each lane's scale by its chunk's group.
+        const __m128i step_groups = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(ops.chunk_group + p / x86::kW4A8Chunk));
+        const auto scale = [&](int q) {
+          return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_i32gather_ps(col.scale[q], step_groups, 4)),
+                                          chunk_of_lane);
+        };
+        steps(p, p + kStep < k ? p + kStep : k, scale);
+      }
     }
-    // The zero points' part, lane-wise by group: the lanes are summed below anyway.
-    const int64_t group_count = k / groups.group;
-    for (int64_t g = 0; g < group_count; g += 8) {
-      const int in = group_count - g >= 8 ? 8 : static_cast<int>(group_count - g);
+    // The zero points' part, lane-wise by group (the lanes are summed below
+    // anyway), the groups past the last whole 8 into lane 0.
+    const int64_t group_count = k / groups.group, whole = group_count / 8 * 8;
+    for (int64_t g = 0; g < whole; g += 8) {
       __m256 sums[MR];
       for (int r = 0; r < MR; ++r) sums[r] = _mm256_load_ps(ops.group_sums + (i + r) * ops.sums_ld + g);
       for (int q = 0; q < NR; ++q) {
-        __m128i zero_bytes = _mm_set1_epi8(x86::kW4A8DefaultZero);
-        if (col.zero[q] != nullptr) {
-          const uint8_t* zeros = col.zero[q] + g;
-          zero_bytes = in == 8 ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(zeros))
-                               : _mm_load_si128(reinterpret_cast<const __m128i*>(Padded<uint8_t, 16>(zeros, in).v));
-        }
-        const __m256 scale = in == 8 ? _mm256_loadu_ps(col.scale[q] + g) : _mm256_load_ps(Padded<float, 8>(col.scale[q] + g, in).v);
-        const __m256 zero_scale = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(zero_bytes)));
+        const __m128i zero_bytes = col.zero[q] == nullptr
+                                       ? _mm_set1_epi8(x86::kW4A8DefaultZero)
+                                       : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(col.zero[q] + g));
+        const __m256 zero_scale =
+            _mm256_mul_ps(_mm256_loadu_ps(col.scale[q] + g), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(zero_bytes)));
         for (int r = 0; r < MR; ++r) acc[r][q] = _mm256_fnmadd_ps(zero_scale, sums[r], acc[r][q]);
+      }
+    }
+    for (int q = 0; q < NR && whole < group_count; ++q) {
+      for (int r = 0; r < MR; ++r) {
+        const float* sums = ops.group_sums + (i + r) * ops.sums_ld;
+        float part = 0.f;
+        for (int64_t g = whole; g < group_count; ++g) {
+          const int zero = col.zero[q] == nullptr ? x86::kW4A8DefaultZero : col.zero[q][g];
+          part += col.scale[q][g] * static_cast<float>(zero) * sums[g];
+        }
+        acc[r][q] = _mm256_sub_ps(acc[r][q], _mm256_setr_ps(part, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f));
       }
     }
     for (int r = 0; r < MR; ++r) {
