@@ -30,7 +30,7 @@ def test_every_nox_session_a_workflow_calls_exists() -> None:
     sessions = noxfile_sessions()
     called = {name for path in WORKFLOWS for name in gha.nox_sessions_called(path.read_text())}
     matrix_sessions = {row["test-session"] for rows in gha.matrix(TARGETS).values() for row in rows["include"]}
-    assert {"lint", "tests", "build", "gha-matrix", "publish", "test-publish"} <= called
+    assert {"lint", "tests", "build", "gha-matrix", "publish", "test-publish", "coverage"} <= called
     assert called - {"$TEST_SESSION"} <= sessions
     assert matrix_sessions <= sessions
 
