@@ -298,5 +298,6 @@ def main(argv: list[str] | None = None) -> int:
     return determinism.write_report(args.out, "insn_count", document, format_table(rows),
                                     lambda path: plot(rows, path))
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -605,5 +605,6 @@ def main(argv: list[str] | None = None) -> int:
     return determinism.write_report(args.out, "mca", document, text, lambda path: plot(rows, path),
                                     f"{len(rows)} loop figures")
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,9 +8,10 @@
 // plain loads: an LD2 in the k loop takes a vector pipe from the multiplies.
 // Groups are whole chunks: each output keeps an int32 vector per group, whose
 // horizontal sum, minus zero point * sum of a over the group, turns into fp32
-// times the group scale once per group. The per-group operands that do not depend on the chunk are set
-// out once per call (W4A8Operands): each row of a's sums per group, and per
-// four columns of b and group, their four scales and zero points as vectors.
+// times the group scale once per group. The per-group operands that do not
+// depend on the chunk are set out once per call (W4A8Operands): each row of
+// a's sums per group, and per four columns of b and group, their four scales
+// and zero points as vectors.
 //
 // In an anonymous namespace (kernels_arm.h says why).
 #pragma once
