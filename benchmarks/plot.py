@@ -3,7 +3,7 @@
 Each contender at the largest thread count as a solid line (moe_xarch at one
 thread dashed), the memory roofline (streaming the active experts' weights, in
 the same GFLOP/s units: the most a kernel bound by reading its weights can do)
-and the compute roofline (torch.matmul bf16) as a horizontal line.
+and the compute roofline (torch.matmul, bf16 or fp32, the faster) as a horizontal line.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def plot(document: dict, path: Path) -> Path:
                 ax.plot(*zip(*single), label="moe_xarch (1t)", color="tab:blue", linestyle="--", marker=".")
             if most in rooflines:
                 ax.axhline(rooflines[most], color="black", linestyle="-.", linewidth=1,
-                           label=f"bf16 matmul roofline ({most}t)")
+                           label=f"matmul roofline ({most}t)")
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.set_title(f"{shape} {method}", fontsize=9)

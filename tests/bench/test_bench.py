@@ -39,6 +39,16 @@ def run(tmp_path: Path, *args: str) -> dict:
     return json.loads((tmp_path / "moe_bench.json").read_text())
 
 
+def test_pure_torch_computes_in_the_dtype_this_machines_matmul_runs_faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU without bf16 instructions multiplies bf16 on a slow path: pure torch then computes in fp32."""
+    rates = {torch.bfloat16: 0.6, torch.float32: 35.0}
+    monkeypatch.setattr(moe_bench, "matmul_gflops", lambda dtype, threads: rates[dtype] * threads)
+    assert moe_bench.compute_rooflines([1, 2]) == ({1: {"bf16": 0.6, "fp32": 35.0}, 2: {"bf16": 1.2, "fp32": 70.0}},
+                                                   "fp32")
+    rates[torch.bfloat16] = 90.0
+    assert moe_bench.compute_rooflines([2])[1] == "bf16"
+
+
 def test_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     document = run(tmp_path, "--no-sglang")
     out = capsys.readouterr().out
@@ -57,6 +67,9 @@ def test_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert len(meta["loadavg_start"]) == 3 and len(meta["loadavg_end"]) == 3
     assert meta["sglang"] == {"available": False, "message": "left out (--no-sglang)"}
     assert set(document["compute_roofline_gflops"]) == {"1", "2"}
+    assert {threads: set(rates) for threads, rates in document["matmul_gflops"].items()} == {
+        "1": {"bf16", "fp32"}, "2": {"bf16", "fp32"}}
+    assert meta["torch_dtype"] in ("bf16", "fp32")
     assert all(c["moe_xarch"]["ok"] for c in document["verification"].values())
     assert {t["target"] for t in document["targets"]} >= {"int8 decode vs bf16 decode (M=1)",
                                                             "4-bit decode vs int8 decode (M <= 4)",
