@@ -58,11 +58,9 @@ class Unreachable:
     missing_levels: tuple[str, ...] = ()
 
 
-# The driver's calls of the fused fp8 and MXFP4 GEMMs and of the tile-reading kernels, and the
-# tile and line layouts' code: (file, text, lines), as Unreachable's.
+# The driver's calls of the fused fp8 GEMM and of the tile-reading kernels, and the tile and
+# line layouts' code: (file, text, lines), as Unreachable's.
 FUSED_GEMM_LINES = (
-    ("csrc/core/expert_gemm.cpp", r"^t\.k = w_\.cols;  // blocks end at the logical width", 5),
-    ("csrc/core/expert_gemm.cpp", r"^kernels_\.gemm_bf16_mxfp4\(m, w\.rows", 3),
     ("csrc/core/expert_gemm.cpp", r"\(w_\.tiles \|\| kernels_\.gemm_bf16_fp8_takes\(m\)\)\) \{", 6),
     ("csrc/core/expert_gemm.cpp", r"\(w\.tiles \? kernels_\.gemm_bf16_fp8_tiles : kernels_\.gemm_bf16_fp8\)", 3),
 )
@@ -90,8 +88,8 @@ UNREACHABLE = (
                 "the exact fp8 widening of AMX tiles: this CPU has no AMX", arch="x86_64", missing_levels=("amx",)),
     Unreachable("csrc/core/methods.cpp", r'^default: return "unknown";',
                 "method_name is asked only of a method check_method accepted (0 to 4)"),
-    *(Unreachable(path, text, "the tile and line layouts and the fused fp8 and MXFP4 GEMMs are x86 levels' "
-                  "(KernelSet::reads_tiles, gemm_bf16_fp8, gemm_bf16_mxfp4): no aarch64 level has them",
+    *(Unreachable(path, text, "the tile and line layouts and the fused fp8 GEMM are x86 levels' "
+                  "(KernelSet::reads_tiles, gemm_bf16_fp8): no aarch64 level has them",
                   "aarch64", lines)
       for path, text, lines in (*FUSED_GEMM_LINES, *TILE_LAYOUT_LINES)),
     *(Unreachable(path, text, "the tile and line layouts are read by the avx512_bf16 and amx levels alone "

@@ -48,7 +48,7 @@ _AMX_FEW_ROWS = "fewer than 4 rows of a"
 # The 4-bit kernels: INT4_W4A8's GEMM and MXFP4 widened into rows (for a bf16 GEMM, or fp32 compute).
 _MXFP4_ROWS = ("mxfp4_to_bf16", "mxfp4_to_f32")
 _FOUR_BIT = ("gemm_w4a8", *_MXFP4_ROWS)
-# MXFP4 times few rows of bf16 activations, widened in registers (x86 levels from avx2).
+# MXFP4 times few rows of bf16 activations, widened in registers (every level above generic).
 _MXFP4_FUSED = ("gemm_bf16_mxfp4",)
 
 EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
@@ -94,12 +94,12 @@ EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
     # aarch64: the row loops and fp8 widening are the generic level's at every level, the MXFP4
     # widening (a table lookup) neon's.
     "neon": {
-        **_level("neon", ("gemm_f32", "gemm_bf16", "gemm_s8", *_FOUR_BIT)),
+        **_level("neon", ("gemm_f32", "gemm_bf16", "gemm_s8", *_FOUR_BIT, *_MXFP4_FUSED)),
         **_level("generic", (*_FP8_ROWS, *ROW_KERNELS)),
         **_PACK_ROWS,
     },
     "dotprod": {
-        **_level("neon", ("gemm_f32", "gemm_bf16", *_MXFP4_ROWS)),
+        **_level("neon", ("gemm_f32", "gemm_bf16", *_MXFP4_ROWS, *_MXFP4_FUSED)),
         "gemm_s8": Expected("dotprod", {"neon": "K below 16"}),
         "gemm_w4a8": Expected("dotprod"),
         **_level("generic", (*_FP8_ROWS, *ROW_KERNELS)),
@@ -110,6 +110,7 @@ EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
         "gemm_bf16": Expected("i8mm", {"neon": "K below 8"}),
         "gemm_s8": Expected("i8mm", {"dotprod": "one row of a (decode)", "neon": "K below 16"}),
         "gemm_w4a8": Expected("i8mm", {"dotprod": "one row of a (decode)"}),
+        **_level("i8mm", _MXFP4_FUSED),
         **_level("generic", (*_FP8_ROWS, *ROW_KERNELS)),
         **_PACK_ROWS,
     },

@@ -1,6 +1,6 @@
 // Armv8.2-A dot product (SDOT): int8 and INT4_W4A8 four products per lane per
-// instruction. fp32, bf16 and the MXFP4 widening have nothing new at this
-// level and stay on NEON's kernels.
+// instruction. fp32, bf16 and MXFP4 have nothing new at this level and stay
+// on NEON's kernels.
 #include <arm_neon.h>
 
 #include <cstddef>
@@ -49,7 +49,9 @@ const KernelSet& kernels_dotprod() {
                                  .gemm_s8 = gemm_s8_dotprod,
                                  .gemm_w4a8 = gemm_w4a8_dotprod,
                                  .mxfp4_to_bf16 = mxfp4_to_bf16_neon,
-                                 .mxfp4_to_f32 = mxfp4_to_f32_neon};
+                                 .mxfp4_to_f32 = mxfp4_to_f32_neon,
+                                 .gemm_bf16_mxfp4 = gemm_bf16_mxfp4_neon,
+                                 .gemm_bf16_mxfp4_takes = gemm_bf16_mxfp4_takes_neon};
   return kernels;
 }
 

@@ -11,12 +11,16 @@
 // operands; a is put in the matching order once per call (W4A8Pairs), so each
 // row pair's chunk is one four-register load. Decode (one row of a) is
 // dotprod's kernel, as for int8.
+//
+// MXFP4 times one or two rows of a by BFDOT, b widened in registers
+// (mxfp4.h); more rows widen it once for the BFMMLA tiles.
 #include <arm_neon.h>
 
 #include <cstddef>
 #include <cstdint>
 
 #include "arch/arm/kernels_arm.h"
+#include "arch/arm/mxfp4.h"
 #include "arch/arm/w4a8.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
@@ -64,6 +68,21 @@ struct BF16DotOps {
     return vreinterpretq_bf16_u8(vandq_u8(vld1q_u8(reinterpret_cast<const uint8_t*>(p)), keep));
   }
   static Acc mac(Acc acc, Vec a, Vec b) { return vbfdotq_f32(acc, a, b); }
+};
+
+// MXFP4's block (mxfp4.h) by BFDOT on a as it is, one chain: a second would
+// cost a register copy of its zero start (BFDOT accumulates in place) and an add.
+struct Mxfp4BFDot {
+  using A = uint16_t;
+  using AVec = bfloat16x8_t;
+  static constexpr int kMR = 2, kNR = 4, kNR1 = 4;
+  static void store_a(uint16_t* dst, uint16x8_t x) { vst1q_u16(dst, x); }
+  static AVec load_a(const uint16_t* p) { return vreinterpretq_bf16_u16(vld1q_u16(p)); }
+  static float32x4_t block(const AVec (&a)[4], const uint16x8_t (&b)[4]) {
+    float32x4_t sum = vdupq_n_f32(0.f);
+    MOE_ARM_UNROLL for (int h = 0; h < 4; ++h) sum = vbfdotq_f32(sum, a[h], vreinterpretq_bf16_u16(b[h]));
+    return sum;
+  }
 };
 
 uint8x16_t zip_lo(uint8x16_t x, uint8x16_t y) {
@@ -348,6 +367,14 @@ void gemm_w4a8_i8mm(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t ld
   });
 }
 
+bool gemm_bf16_mxfp4_takes_i8mm(int64_t m) { return mxfp4_takes<Mxfp4BFDot>(m); }
+
+void gemm_bf16_mxfp4_i8mm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
+                          int64_t ldb, const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmBF16Mxfp4);
+  gemm_bf16_mxfp4_tiled<Mxfp4BFDot>(m, n, k, a, lda, b, ldb, scale, scale_ld, c, ldc);
+}
+
 }  // namespace
 
 const KernelSet& kernels_i8mm() {
@@ -356,7 +383,9 @@ const KernelSet& kernels_i8mm() {
                                  .gemm_s8 = gemm_s8_i8mm,
                                  .gemm_w4a8 = gemm_w4a8_i8mm,
                                  .mxfp4_to_bf16 = mxfp4_to_bf16_neon,
-                                 .mxfp4_to_f32 = mxfp4_to_f32_neon};
+                                 .mxfp4_to_f32 = mxfp4_to_f32_neon,
+                                 .gemm_bf16_mxfp4 = gemm_bf16_mxfp4_i8mm,
+                                 .gemm_bf16_mxfp4_takes = gemm_bf16_mxfp4_takes_i8mm};
   return kernels;
 }
 

@@ -1,6 +1,6 @@
 // The aarch64 baseline (Armv8-A Advanced SIMD): fp32 by FMA, bf16 widened to
 // fp32, int8 and INT4_W4A8 by widening multiplies, MXFP4 widened by table
-// lookup. Every aarch64 CPU runs this level, and the higher levels fall back
+// lookup (for a GEMM's rows, or in registers for decode's FMAs). Every aarch64 CPU runs this level, and the higher levels fall back
 // to it for k below their vector width.
 #include <arm_neon.h>
 
@@ -9,7 +9,9 @@
 #include <cstring>
 
 #include "arch/arm/kernels_arm.h"
+#include "arch/arm/mxfp4.h"
 #include "arch/arm/w4a8.h"
+#include "core/e8m0.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 #include "core/scratch.h"
@@ -74,6 +76,33 @@ struct W4A8Dot {
   }
 };
 
+// MXFP4 decode's block (mxfp4.h) by FMA: a widened to fp32 once per call,
+// each bf16 value of b by a shift. One row of a: a second would need eight
+// more registers for its values, and the rows' decodes of b would spill.
+struct Mxfp4Fma {
+  using A = float;
+  using AVec = float32x4x2_t;
+  static constexpr int kMR = 1, kNR = 4, kNR1 = 4;
+  static void store_a(float* dst, uint16x8_t x) {
+    const float32x4x2_t v = BF16Ops::widen(x);
+    vst1q_f32(dst, v.val[0]);
+    vst1q_f32(dst + 4, v.val[1]);
+  }
+  static AVec load_a(const float* p) { return {{vld1q_f32(p), vld1q_f32(p + 4)}}; }
+  // The even values' and the odd values' FMAs in two chains: half the latency of one.
+  static float32x4_t block(const AVec (&a)[4], const uint16x8_t (&b)[4]) {
+    float32x4_t sum[2];
+    MOE_ARM_UNROLL for (int h = 0; h < 2; ++h) {
+      const float32x4x2_t x = BF16Ops::widen(b[2 * h]), y = BF16Ops::widen(b[2 * h + 1]);
+      sum[h] = vmulq_f32(a[2 * h].val[0], x.val[0]);
+      sum[h] = vfmaq_f32(sum[h], a[2 * h].val[1], x.val[1]);
+      sum[h] = vfmaq_f32(sum[h], a[2 * h + 1].val[0], y.val[0]);
+      sum[h] = vfmaq_f32(sum[h], a[2 * h + 1].val[1], y.val[1]);
+    }
+    return vaddq_f32(sum[0], sum[1]);
+  }
+};
+
 // MXFP4, 32 values (one scale) a step: the block's 16 possible values, E2M1
 // times the scale, are exact in bf16 (or inf), so they are computed once as
 // fp32 and kept as two byte tables (the low and high bytes of their bf16
@@ -82,14 +111,6 @@ struct W4A8Dot {
 constexpr float kE2m1[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
                              -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
 
-// 2^(s - 127), subnormal for s == 0.
-float e8m0(uint8_t s) {
-  const uint32_t bits = s > 0 ? static_cast<uint32_t>(s) << 23 : 0x00400000u;
-  float value;
-  std::memcpy(&value, &bits, sizeof(value));
-  return value;
-}
-
 // store(c, lo_even, hi_even, lo_odd, hi_odd): the bf16 bytes of values
 // [c, c + 32), each vector 16 of them.
 template <class Store>
@@ -97,7 +118,7 @@ void mxfp4_row(int64_t cols, const uint8_t* src, const uint8_t* scale, Store sto
   const float32x4_t e2m1[4] = {vld1q_f32(kE2m1), vld1q_f32(kE2m1 + 4), vld1q_f32(kE2m1 + 8), vld1q_f32(kE2m1 + 12)};
   const uint8x16_t low4 = vdupq_n_u8(15);
   for (int64_t c = 0; c < cols; c += 32) {
-    const float s = e8m0(scale[c / 32]);
+    const float s = kE8m0.value[scale[c / 32]];
     uint8x16_t bf16[2];
     for (int h = 0; h < 2; ++h) {
       bf16[h] = vreinterpretq_u8_u16(vuzp2q_u16(vreinterpretq_u16_f32(vmulq_n_f32(e2m1[2 * h], s)),
@@ -207,6 +228,14 @@ void mxfp4_to_bf16_neon(int64_t cols, const uint8_t* src, const uint8_t* scale, 
   });
 }
 
+bool gemm_bf16_mxfp4_takes_neon(int64_t m) { return mxfp4_takes<Mxfp4Fma>(m); }
+
+void gemm_bf16_mxfp4_neon(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
+                          int64_t ldb, const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmBF16Mxfp4);
+  gemm_bf16_mxfp4_tiled<Mxfp4Fma>(m, n, k, a, lda, b, ldb, scale, scale_ld, c, ldc);
+}
+
 // An fp32 is its bf16 bits above 16 zero bits.
 void mxfp4_to_f32_neon(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst) {
   MOE_KERNEL_USE(kMxfp4ToF32);
@@ -227,7 +256,9 @@ const KernelSet& kernels_neon() {
                                  .gemm_s8 = gemm_s8_neon,
                                  .gemm_w4a8 = gemm_w4a8_neon,
                                  .mxfp4_to_bf16 = mxfp4_to_bf16_neon,
-                                 .mxfp4_to_f32 = mxfp4_to_f32_neon};
+                                 .mxfp4_to_f32 = mxfp4_to_f32_neon,
+                                 .gemm_bf16_mxfp4 = gemm_bf16_mxfp4_neon,
+                                 .gemm_bf16_mxfp4_takes = gemm_bf16_mxfp4_takes_neon};
   return kernels;
 }
 

@@ -37,6 +37,10 @@ void gemm_s8_neon(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
 // the higher levels' instructions.
 void mxfp4_to_bf16_neon(int64_t cols, const uint8_t* src, const uint8_t* scale, uint16_t* dst);
 void mxfp4_to_f32_neon(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst);
+// The fused MXFP4 GEMM of decode (mxfp4.h) by FMA on fp32; dotprod's too.
+void gemm_bf16_mxfp4_neon(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
+                          int64_t ldb, const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc);
+bool gemm_bf16_mxfp4_takes_neon(int64_t m);
 
 // gemm_dotprod.cpp. Also i8mm's m == 1 (decode) path: a single row of a
 // would leave half of every 2x2 SMMLA tile unused.

@@ -17,6 +17,7 @@
 #include "arch/x86/inline.h"
 #include "arch/x86/kernels_x86.h"
 #include "arch/x86/mxfp4_tiles.h"
+#include "core/e8m0.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 
@@ -45,19 +46,6 @@ MOE_X86_INLINE void mxfp4_row(int64_t cols, const uint8_t* src, const uint8_t* s
     }
   }
 }
-
-// 2^(s - 127) for every E8M0 scale s (255, NaN, is refused before this).
-struct E8m0Values {
-  float value[256];
-};
-
-constexpr E8m0Values make_e8m0_values() {
-  E8m0Values t{};
-  for (uint32_t s = 0; s < 255; ++s) t.value[s] = __builtin_bit_cast(float, s > 0 ? s << 23 : 0x00400000u);
-  return t;
-}
-
-constexpr E8m0Values kE8m0 = make_e8m0_values();
 
 // Slot s of a step (part (t, h) = (s / 16, s / 8 % 2), lane l = s % 8)
 // holds value 4 w + t, w = l (+ 4 in the second block) + 4 h.
