@@ -15,8 +15,8 @@ same path whatever the values), and the emulated process makes the weights in
 seconds, not the many minutes of quantizing every expert under QEMU.
 
 Besides moe_bench's methods, the 4-bit ones (FOUR_BIT), quantized here with
-moe_xarch.quant: INT4_W4A8 in groups of INT4_GROUP (or the largest smaller
-multiple of 32 that divides the shape's K and N) with zero points, MXFP4.
+moe_xarch.quant: INT4_W4A8 in moe_bench.int4_group's groups with zero points,
+MXFP4.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ MARK_SYSCALL = 0x4D4F45  # docker/qemu-plugin/insn_regions.c's marker
 LIBC = ctypes.CDLL(None)
 FOUR_BIT = {"int4": MoeCompMethod.INT4_W4A8, "mxfp4": MoeCompMethod.MXFP4}
 METHODS = {**moe_bench.METHODS, **FOUR_BIT}
-INT4_GROUP = 128  # AWQ's and GPTQ's usual group size
 
 
 def mark(identifier: int) -> None:
@@ -54,15 +53,12 @@ def replicated(tensor: torch.Tensor, experts: int) -> torch.Tensor:
     return tensor.expand(experts, *tensor.shape[1:]).contiguous()
 
 
-def int4_group(shape: moe_bench.MoeShape) -> int:
-    return next(g for g in range(INT4_GROUP, 0, -32) if shape.hidden % g == 0 and shape.inter % g == 0)
-
-
 def prepare(method: str, shape: moe_bench.MoeShape, w1: torch.Tensor,
             w2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, object]]:
     """The method's w1, w2 and their fused_experts kwargs (scales, zero points, block size)."""
     if method == "int4":
-        (q1, s1, z1), (q2, s2, z2) = (quant.quantize_int4(w.float(), int4_group(shape)) for w in (w1, w2))
+        group = moe_bench.int4_group(shape.hidden, shape.inter)
+        (q1, s1, z1), (q2, s2, z2) = (quant.quantize_int4(w.float(), group) for w in (w1, w2))
         return q1, q2, {"w1_scale": s1, "w2_scale": s2, "w1_zero": z1, "w2_zero": z2}
     if method == "mxfp4":
         (q1, s1), (q2, s2) = (quant.quantize_mxfp4(w.float()) for w in (w1, w2))

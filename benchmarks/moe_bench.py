@@ -72,10 +72,10 @@ SHAPES = {
 METHODS = {"bf16": MoeCompMethod.UNQUANT, "int8": MoeCompMethod.INT8_W8A8, "fp8": MoeCompMethod.FP8_W8A16,
            "int4": MoeCompMethod.INT4_W4A8, "mxfp4": MoeCompMethod.MXFP4}
 BLOCK_SIZE = [128, 128]
-INT4_GROUP = 128  # AWQ's and GPTQ's usual group size
+INT4_GROUP = 128  # AWQ's and GPTQ's usual group size, where it divides K and N (int4_group)
 # Bytes a weight value takes in the method's dtype, its scales (and zero points) included:
-# INT4_W4A8 a float32 scale and a uint8 zero per group, MXFP4 an E8M0 byte per 32.
-WEIGHT_BYTES = {"bf16": 2, "int8": 1, "fp8": 1, "int4": 0.5 + 5 / INT4_GROUP, "mxfp4": 0.5 + 1 / MXFP4_BLOCK}
+# INT4_W4A8 a float32 scale and a uint8 zero per group (weight_bytes), MXFP4 an E8M0 byte per 32.
+WEIGHT_BYTES = {"bf16": 2, "int8": 1, "fp8": 1, "mxfp4": 0.5 + 1 / MXFP4_BLOCK}
 FOUR_BIT = ("int4", "mxfp4")
 SWIGLU = {"alpha": 1.702, "limit": 7.0}
 # Max |out - reference| / max |reference| for a contender to count as computing the same thing.
@@ -119,23 +119,37 @@ def activation_kwargs(shape: MoeShape) -> dict[str, float]:
 QUANTIZERS = {
     "int8": quant.quantize_int8_per_channel,
     "fp8": lambda chunk: quant.quantize_fp8_block(chunk, BLOCK_SIZE),
-    "int4": lambda chunk: quant.quantize_int4(chunk, INT4_GROUP),  # with zero points, as AWQ has
+    "int4": quant.quantize_int4,  # in int4_group's groups, with zero points, as AWQ has
     "mxfp4": quant.quantize_mxfp4,
 }
-BLOCK_SIZES = {"fp8": BLOCK_SIZE, "int4": [1, INT4_GROUP]}
 
 
-def quantize(method: str, w: torch.Tensor) -> tuple[torch.Tensor, dict[str, object]]:
-    """Weights of a method, with their scales and zero points (as fused_experts kwargs), a few experts at a time."""
+def int4_group(hidden: int, inter: int) -> int:
+    """INT4_GROUP, or the largest smaller multiple of 32 that divides both K and N (gpt-oss's 2880: 96)."""
+    return next(g for g in range(INT4_GROUP, 0, -32) if hidden % g == 0 and inter % g == 0)
+
+
+def weight_bytes(shape: MoeShape, method: str) -> float:
+    if method == "int4":
+        return 0.5 + 5 / int4_group(shape.hidden, shape.inter)
+    return WEIGHT_BYTES[method]
+
+
+def quantize(method: str, w: torch.Tensor, group: int) -> tuple[torch.Tensor, dict[str, object]]:
+    """Weights of a method, with their scales and zero points (as fused_experts kwargs), a few experts at a time;
+    INT4_W4A8 in groups of `group`."""
     if method == "bf16":
         return w, {}
-    parts = [QUANTIZERS[method](w[e: e + 4].float()) for e in range(0, w.shape[0], 4)]
+    args = (group,) if method == "int4" else ()
+    parts = [QUANTIZERS[method](w[e: e + 4].float(), *args) for e in range(0, w.shape[0], 4)]
     q = torch.cat([p[0] for p in parts])
     extra: dict[str, object] = {"scale": torch.cat([p[1] for p in parts])}
     if len(parts[0]) > 2:
         extra["zero"] = torch.cat([p[2] for p in parts])
-    if method in BLOCK_SIZES:
-        extra["block_size"] = BLOCK_SIZES[method]
+    if method == "fp8":
+        extra["block_size"] = BLOCK_SIZE
+    if method == "int4":
+        extra["block_size"] = [1, group]
     return q, extra
 
 
@@ -151,8 +165,9 @@ class MethodWeights:
 
 
 def prepare_method(method: str, w1: torch.Tensor, w2: torch.Tensor) -> MethodWeights:
-    q1, extra1 = quantize(method, w1)
-    q2, extra2 = quantize(method, w2)
+    group = int4_group(w1.shape[-1], w2.shape[-1])
+    q1, extra1 = quantize(method, w1, group)
+    q2, extra2 = quantize(method, w2, group)
     kwargs: dict[str, object] = {}
     if extra1:
         kwargs = {"w1_scale": extra1["scale"], "w2_scale": extra2["scale"]}
@@ -258,7 +273,7 @@ def active_experts(topk_ids: torch.Tensor) -> int:
 def expert_bytes(shape: MoeShape, method: str) -> int:
     """Bytes of one expert's w1 + w2 in the method's dtype, with the 4-bit methods' scales and zeros
     (8-bit per-channel scales are negligible)."""
-    return round(3 * shape.inter * shape.hidden * WEIGHT_BYTES[method])
+    return round(3 * shape.inter * shape.hidden * weight_bytes(shape, method))
 
 
 def useful_flops(shape: MoeShape, tokens: int) -> float:
@@ -426,15 +441,16 @@ def bench_shape(shape: MoeShape, methods: list[str], tokens_list: list[int], thr
                     contenders[Key("sglang", method, threads)] = sglang_call(method, prepared[method])
             contenders[Key("torch", torch_dtype, threads)] = lambda r: torch_baseline(
                 x.to(torch_w1.dtype), torch_w1, torch_w2, *routings[r], b1, b2, **act)
-            for width in sorted({WEIGHT_BYTES[m] for m in methods}):
-                contenders[Key("memory", next(m for m in methods if WEIGHT_BYTES[m] == width), threads)] = \
-                    memory_read(next(m for m in methods if WEIGHT_BYTES[m] == width))
+            for width in sorted({weight_bytes(shape, m) for m in methods}):
+                contenders[Key("memory", next(m for m in methods if weight_bytes(shape, m) == width), threads)] = \
+                    memory_read(next(m for m in methods if weight_bytes(shape, m) == width))
 
         samples, iterations = time_interleaved(contenders, budget_s, min_iterations, max_iterations)
         medians = {key: statistics.median(values) for key, values in samples.items()}
         mean_bytes = {m: statistics.mean(a * expert_bytes(shape, m) for a in active) for m in methods}
         for method in methods:
-            memory_key = next(k for k in medians if k.impl == "memory" and WEIGHT_BYTES[k.method] == WEIGHT_BYTES[method])
+            memory_key = next(k for k in medians
+                              if k.impl == "memory" and weight_bytes(shape, k.method) == weight_bytes(shape, method))
             for threads in threads_list:
                 ms = {"moe_xarch": medians[Key("moe_xarch", method, threads)],
                       "torch": medians[Key("torch", torch_dtype, threads)],

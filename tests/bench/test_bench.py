@@ -39,6 +39,16 @@ def run(tmp_path: Path, *args: str) -> dict:
     return json.loads((tmp_path / "moe_bench.json").read_text())
 
 
+def test_int4_groups_divide_every_shapes_k_and_n() -> None:
+    """AWQ's usual 128 where it divides K and N; gpt-oss-20b's 2880 takes 96. The bytes count a float32
+    scale and a uint8 zero point per group."""
+    assert moe_bench.int4_group(2048, 768) == 128
+    assert moe_bench.int4_group(2880, 2880) == 96
+    gpt_oss = moe_bench.MoeShape("gpt-oss-like", experts=2, topk=1, hidden=2880, inter=2880)
+    assert moe_bench.weight_bytes(gpt_oss, "int4") == 0.5 + 5 / 96
+    assert moe_bench.weight_bytes(gpt_oss, "int8") == 1
+
+
 def test_pure_torch_computes_in_the_dtype_this_machines_matmul_runs_faster(monkeypatch: pytest.MonkeyPatch) -> None:
     """A CPU without bf16 instructions multiplies bf16 on a slow path: pure torch then computes in fp32."""
     rates = {torch.bfloat16: 0.6, torch.float32: 35.0}
