@@ -422,7 +422,6 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
     const x86::W4A8Columns<NR> col(b, ldb, groups, cols);
     const int64_t ahead = cols.ahead * ldb;
     if constexpr (MR == 1) col.prefetch_groups(cols.ahead, groups.ld);
-    const __m256i chunk_of_lane = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
     const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     const int8_t* a_row[MR];
     for (int r = 0; r < MR; ++r) a_row[r] = ops.a + (i + r) * ops.lda;
@@ -474,11 +473,12 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
       }
     } else {
       for (int64_t p = 0; p < k; p += kStep) {
-        // Each lane's scale by its chunk's group.
-        const __m128i step_groups = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(ops.chunk_group + p / x86::kW4A8Chunk));
+        // Each lane's scale by its chunk's group: lanes [0, 4) the step's
+        // first chunk's, [4, 8) its second's: two broadcasts, not a gather.
+        const int32_t* step_groups = ops.chunk_group + p / x86::kW4A8Chunk;
         const auto scale = [&](int q) {
-          return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_i32gather_ps(col.scale[q], step_groups, 4)),
-                                          chunk_of_lane);
+          return _mm256_set_m128(_mm_broadcast_ss(col.scale[q] + step_groups[1]),
+                                 _mm_broadcast_ss(col.scale[q] + step_groups[0]));
         };
         steps(p, p + kStep < k ? p + kStep : k, scale);
       }
