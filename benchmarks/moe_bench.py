@@ -125,8 +125,9 @@ QUANTIZERS = {
 
 
 def int4_group(hidden: int, inter: int) -> int:
-    """INT4_GROUP, or the largest smaller multiple of 32 that divides both K and N (gpt-oss's 2880: 96)."""
-    return next(g for g in range(INT4_GROUP, 0, -32) if hidden % g == 0 and inter % g == 0)
+    """INT4_GROUP, or the largest smaller power of two from 32 on that divides both K and N, as AWQ's and
+    GPTQ's group sizes are (gpt-oss's 2880: 64)."""
+    return next(g for g in (INT4_GROUP, INT4_GROUP // 2, INT4_GROUP // 4) if hidden % g == 0 and inter % g == 0)
 
 
 def weight_bytes(shape: MoeShape, method: str) -> float:

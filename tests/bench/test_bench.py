@@ -40,12 +40,13 @@ def run(tmp_path: Path, *args: str) -> dict:
 
 
 def test_int4_groups_divide_every_shapes_k_and_n() -> None:
-    """AWQ's usual 128 where it divides K and N; gpt-oss-20b's 2880 takes 96. The bytes count a float32
-    scale and a uint8 zero point per group."""
+    """AWQ's usual 128 where it divides K and N; gpt-oss-20b's 2880 takes 64, a power of two as AWQ's and
+    GPTQ's groups are. The bytes count a float32 scale and a uint8 zero point per group."""
     assert moe_bench.int4_group(2048, 768) == 128
-    assert moe_bench.int4_group(2880, 2880) == 96
+    assert moe_bench.int4_group(2880, 2880) == 64
+    assert moe_bench.int4_group(2880, 2880 + 32) == 32
     gpt_oss = moe_bench.MoeShape("gpt-oss-like", experts=2, topk=1, hidden=2880, inter=2880)
-    assert moe_bench.weight_bytes(gpt_oss, "int4") == 0.5 + 5 / 96
+    assert moe_bench.weight_bytes(gpt_oss, "int4") == 0.5 + 5 / 64
     assert moe_bench.weight_bytes(gpt_oss, "int8") == 1
 
 
