@@ -127,7 +127,10 @@ QUANTIZERS = {
 def int4_group(hidden: int, inter: int) -> int:
     """INT4_GROUP, or the largest smaller power of two from 32 on that divides both K and N, as AWQ's and
     GPTQ's group sizes are (gpt-oss's 2880: 64)."""
-    return next(g for g in (INT4_GROUP, INT4_GROUP // 2, INT4_GROUP // 4) if hidden % g == 0 and inter % g == 0)
+    for group in (INT4_GROUP, INT4_GROUP // 2, INT4_GROUP // 4):
+        if hidden % group == 0 and inter % group == 0:
+            return group
+    raise ValueError(f"INT4_W4A8 needs K and N that are multiples of 32, got K={hidden}, N={inter}")
 
 
 def weight_bytes(shape: MoeShape, method: str) -> float:
@@ -136,9 +139,9 @@ def weight_bytes(shape: MoeShape, method: str) -> float:
     return WEIGHT_BYTES[method]
 
 
-def quantize(method: str, w: torch.Tensor, group: int) -> tuple[torch.Tensor, dict[str, object]]:
+def quantize(method: str, w: torch.Tensor, group: int | None) -> tuple[torch.Tensor, dict[str, object]]:
     """Weights of a method, with their scales and zero points (as fused_experts kwargs), a few experts at a time;
-    INT4_W4A8 in groups of `group`."""
+    INT4_W4A8 in groups of `group` (None for the other methods)."""
     if method == "bf16":
         return w, {}
     args = (group,) if method == "int4" else ()
@@ -166,7 +169,7 @@ class MethodWeights:
 
 
 def prepare_method(method: str, w1: torch.Tensor, w2: torch.Tensor) -> MethodWeights:
-    group = int4_group(w1.shape[-1], w2.shape[-1])
+    group = int4_group(w1.shape[-1], w2.shape[-1]) if method == "int4" else None
     q1, extra1 = quantize(method, w1, group)
     q2, extra2 = quantize(method, w2, group)
     kwargs: dict[str, object] = {}

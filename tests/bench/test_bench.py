@@ -48,6 +48,8 @@ def test_int4_groups_divide_every_shapes_k_and_n() -> None:
     gpt_oss = moe_bench.MoeShape("gpt-oss-like", experts=2, topk=1, hidden=2880, inter=2880)
     assert moe_bench.weight_bytes(gpt_oss, "int4") == 0.5 + 5 / 64
     assert moe_bench.weight_bytes(gpt_oss, "int8") == 1
+    with pytest.raises(ValueError, match="K=2880, N=100"):
+        moe_bench.int4_group(2880, 100)
 
 
 def test_pure_torch_computes_in_the_dtype_this_machines_matmul_runs_faster(monkeypatch: pytest.MonkeyPatch) -> None:
