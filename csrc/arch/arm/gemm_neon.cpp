@@ -1,7 +1,8 @@
 // The aarch64 baseline (Armv8-A Advanced SIMD): fp32 by FMA, bf16 widened to
 // fp32, int8 and INT4_W4A8 by widening multiplies, MXFP4 widened by table
-// lookup (for a GEMM's rows, or in registers for decode's FMAs). Every aarch64 CPU runs this level, and the higher levels fall back
-// to it for k below their vector width.
+// lookup (into a GEMM's rows, or in registers for decode's FMAs). Every
+// aarch64 CPU runs this level, and the higher levels fall back to it for k
+// below their vector width.
 #include <arm_neon.h>
 
 #include <cstddef>
