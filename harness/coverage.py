@@ -64,13 +64,22 @@ FUSED_GEMM_LINES = (
     ("csrc/core/expert_gemm.cpp", r"\(w_\.tiles \|\| kernels_\.gemm_bf16_fp8_takes\(m\)\)\) \{", 6),
     ("csrc/core/expert_gemm.cpp", r"\(w\.tiles \? kernels_\.gemm_bf16_fp8_tiles : kernels_\.gemm_bf16_fp8\)", 3),
 )
-TILE_LAYOUT_LINES = (
+# kTiles16's fp8 line layout, and its tile layout's lines that only it reaches.
+LINE_LAYOUT_LINES = (
     ("csrc/core/expert_gemm.cpp", r"fp8_line_row\(base \+ r / 16", 1),
-    ("csrc/core/packed_layout.h", r"constexpr int64_t (tile_byte|fp8_line_byte)\(", 2),
+    ("csrc/core/packed_layout.h", r"constexpr int64_t fp8_line_byte\(", 2),
     ("csrc/core/packed_layout.h", r"^inline void fp8_line_row\(", 2),
-    ("csrc/core/packed_layout.cpp", r"^bool tiles_apply\(", 2),
-    ("csrc/core/packed_layout.cpp", r"^void (store_fp8_lines|store_tiles)\(", 8),
-    ("csrc/core/packed_layout.cpp", r"if \(header\.layout == static_cast<int32_t>\(PackLayout::kTiles16\)\) \{", 6),
+    ("csrc/core/packed_layout.cpp", r"^void store_fp8_lines\(", 5),
+    ("csrc/core/packed_layout.cpp", r"store_fp8_lines\(src, rows, cols, header\.ld, values\);", 1),
+    ("csrc/core/packed_layout.cpp", r"&& rows % 32 == 0;$", 1),
+    ("csrc/core/packed_layout.cpp", r'return dtype == at::kFloat8_e4m3fn \? "the line layout', 2),
+)
+# The tile layouts' code that i8mm reaches on aarch64 as well.
+TILE_LAYOUT_LINES = (
+    ("csrc/core/packed_layout.h", r"constexpr int64_t tile_byte\(", 2),
+    ("csrc/core/packed_layout.cpp", r"^void store_tiles\(", 10),
+    ("csrc/core/packed_layout.cpp", r"store_tiles\(layout == PackLayout::kTiles16", 2),
+    ("csrc/core/packed_layout.cpp", r"^const char\* layout_description\(", 2),
 )
 
 # Lines no run on these machines can execute. Matched by their text, not their
@@ -88,13 +97,13 @@ UNREACHABLE = (
                 "the exact fp8 widening of AMX tiles: this CPU has no AMX", arch="x86_64", missing_levels=("amx",)),
     Unreachable("csrc/core/methods.cpp", r'^default: return "unknown";',
                 "method_name is asked only of a method check_method accepted (0 to 4)"),
-    *(Unreachable(path, text, "the tile and line layouts and the fused fp8 GEMM are x86 levels' "
-                  "(KernelSet::reads_tiles, gemm_bf16_fp8): no aarch64 level has them",
+    *(Unreachable(path, text, "the fp8 line layout (kTiles16) and the fused fp8 GEMM are x86 levels' "
+                  "(KernelSet::tiles, gemm_bf16_fp8): no aarch64 level has them",
                   "aarch64", lines)
-      for path, text, lines in (*FUSED_GEMM_LINES, *TILE_LAYOUT_LINES)),
-    *(Unreachable(path, text, "the tile and line layouts are read by the avx512_bf16 and amx levels alone "
-                  "(KernelSet::reads_tiles): this CPU has neither", "x86_64", lines, ("avx512_bf16", "amx"))
-      for path, text, lines in TILE_LAYOUT_LINES),
+      for path, text, lines in (*FUSED_GEMM_LINES, *LINE_LAYOUT_LINES)),
+    *(Unreachable(path, text, "the x86 tile and line layouts are read by the avx512_bf16 and amx levels alone "
+                  "(KernelSet::tiles): this CPU has neither", "x86_64", lines, ("avx512_bf16", "amx"))
+      for path, text, lines in (*LINE_LAYOUT_LINES, *TILE_LAYOUT_LINES)),
     Unreachable("csrc/arch/x86/loop_nest.h", r"^bsum\[c\] = Op::zero\(\);$",
                 "the b sums of the VNNI int8 op (kSumB), whose tiles only the AVX-512 levels have: "
                 "elsewhere the store is dead, and gcov counts no run of it", "x86_64",

@@ -67,13 +67,13 @@ const float* check_bias(const std::optional<at::Tensor>& bias, const char* name,
 
 // Fills rows/cols/dtype of w1 or w2 from an unpacked [E, rows, cols] tensor or
 // a packed one; returns E.
-int64_t describe_weight(const at::Tensor& w, const char* name, bool is_vnni, PackArch arch, bool tiles,
+int64_t describe_weight(const at::Tensor& w, const char* name, bool is_vnni, PackArch arch, PackLayout tiles,
                         WeightOperand* operand) {
   operand->tensor = &w;
   operand->packed = is_vnni;
   if (is_vnni) {
     const PackedHeader header = check_packed(w, name, arch, tiles);
-    operand->tiles = header.layout == static_cast<int32_t>(PackLayout::kTiles16);
+    operand->tiles = header.layout != static_cast<int32_t>(PackLayout::kRows);
     operand->rows = header.rows;
     operand->cols = header.cols;
     operand->dtype = static_cast<at::ScalarType>(header.dtype);
@@ -161,7 +161,7 @@ void check_mx_scale(const std::optional<at::Tensor>& scale, const char* weight, 
 
 }  // namespace
 
-MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch, bool tiles) {
+MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch, PackLayout tiles) {
   MoeProblem p;
   p.method = check_method(args.moe_comp_method);
   const char* method = method_name(args.moe_comp_method);

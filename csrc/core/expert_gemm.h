@@ -39,7 +39,7 @@ struct WeightTile {
   const float* channel_scale;  // INT8
   bool fp8 = false;            // raw fp8 values for gemm_bf16_fp8, with these scales
   Fp8Scales fp8_scales{};
-  bool tiles = false;          // bf16 or int8 values in the tile layout, fp8 in the line layout
+  bool tiles = false;          // values in the level's tile layout (fp8: kTiles16's line layout)
   bool w4a8 = false;           // INT4 values for gemm_w4a8, with these groups
   Int4Groups groups{};
   bool mxfp4 = false;          // MXFP4 values for gemm_bf16_mxfp4, with these scales

@@ -11,7 +11,7 @@
 namespace moe_xarch {
 
 at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const FusedExpertsArgs& args) {
-  const MoeProblem p = check_fused_experts_args(args, arch, kernels.reads_tiles());
+  const MoeProblem p = check_fused_experts_args(args, arch, kernels.tiles);
   at::Tensor out = args.inplace ? args.hidden_states : at::empty_like(args.hidden_states);
   if (p.tokens == 0) return out;
 

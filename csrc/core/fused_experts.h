@@ -34,8 +34,8 @@ struct FusedExpertsArgs {
   bool is_vnni;
 };
 
-// tiles: the running level reads packed weights in the tile layout.
-MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch, bool tiles);
+// tiles: the tile layout the running level reads packed weights in (KernelSet::tiles).
+MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch, PackLayout tiles);
 
 at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const FusedExpertsArgs& args);
 

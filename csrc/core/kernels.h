@@ -134,12 +134,14 @@ struct KernelSet {
   // The level's own choice: a kernel that widens in registers redoes it for
   // every few rows.
   TakesRowsFn gemm_bf16_fp8_takes = takes_no_rows;
-  // The GEMMs above with b in the tile layout (core/packed_layout.h; null:
-  // the level reads rows only). A level that has all three is given bf16 and
-  // int8 weights in the tile layout, fp8 in the line layout, wherever they
-  // apply. b points at a 16-row block, n is a multiple of 16 and k == ldb; for
+  // The tile layout the *_tiles GEMMs below read (core/packed_layout.h); kRows:
+  // the level reads rows only. The level is given bf16 and int8 weights (and
+  // kTiles16's fp8, in its line layout) in that layout wherever it applies
+  // (tiles_apply), and has a *_tiles GEMM for each such dtype. b points at the
+  // first row of a block, n is a multiple of the block's rows and k == ldb; for
   // fp8, any number of rows of a, k the logical width (block scales end
   // there) and ldb the padded one.
+  PackLayout tiles = PackLayout::kRows;
   GemmBF16Fn gemm_bf16_tiles = nullptr;
   GemmS8Fn gemm_s8_tiles = nullptr;
   GemmBF16Fp8Fn gemm_bf16_fp8_tiles = nullptr;
@@ -155,10 +157,6 @@ struct KernelSet {
   SwigluFn swiglu = swiglu_generic;
   QuantizeRowFn quantize_row_s8 = quantize_row_s8_generic;
   AddWeightedFn add_weighted = add_weighted_generic;
-
-  bool reads_tiles() const {
-    return gemm_bf16_tiles != nullptr && gemm_s8_tiles != nullptr && gemm_bf16_fp8_tiles != nullptr;
-  }
 };
 
 // The portable path: plain C++, built on every architecture.

@@ -18,36 +18,47 @@ void store_fp8_lines(const uint8_t* src, int64_t rows, int64_t cols, int64_t row
   }
 }
 
-// Rows [16 b, 16 b + 16) of src (cols values of elem bytes a row) into block
-// b of the tile layout (tile_byte), row_bytes (>= cols * elem) a row.
-void store_tiles(const uint8_t* src, int64_t rows, int64_t cols, int64_t elem, int64_t row_bytes,
+// Each block of shape.rows rows of src (cols values of elem bytes a row) into
+// the tile layout (tile_byte), row_bytes (>= cols * elem) a row.
+void store_tiles(TileShape shape, const uint8_t* src, int64_t rows, int64_t cols, int64_t elem, int64_t row_bytes,
                  uint8_t* dst) {
   const int64_t col_bytes = cols * elem;
   for (int64_t r = 0; r < rows; ++r) {
-    uint8_t* block = dst + (r / 16) * 16 * row_bytes;
+    uint8_t* block = dst + (r / shape.rows) * shape.rows * row_bytes;
     const uint8_t* row = src + r * col_bytes;
-    for (int64_t x = 0; x < col_bytes; x += 4) {
-      std::memcpy(block + tile_byte(r % 16, x), row + x, static_cast<size_t>(std::min<int64_t>(4, col_bytes - x)));
+    for (int64_t x = 0; x < col_bytes; x += shape.chunk) {
+      std::memcpy(block + tile_byte(shape, r % shape.rows, x), row + x,
+                  static_cast<size_t>(std::min(shape.chunk, col_bytes - x)));
     }
   }
 }
 
 }  // namespace
 
-bool tiles_apply(int64_t rows, at::ScalarType dtype) {
-  return (dtype == at::kBFloat16 || dtype == at::kChar || dtype == at::kFloat8_e4m3fn) && rows % 32 == 0;
+bool tiles_apply(PackLayout tiles, int64_t rows, at::ScalarType dtype) {
+  if (tiles == PackLayout::kTiles16) {
+    return (dtype == at::kBFloat16 || dtype == at::kChar || dtype == at::kFloat8_e4m3fn) && rows % 32 == 0;
+  }
+  if (tiles == PackLayout::kTiles2) return (dtype == at::kBFloat16 || dtype == at::kChar) && rows % 4 == 0;
+  return false;
+}
+
+const char* layout_description(PackLayout tiles, at::ScalarType dtype) {
+  if (tiles == PackLayout::kTiles2) return "the row-pair tile layout of the i8mm level";
+  return dtype == at::kFloat8_e4m3fn ? "the line layout of the avx512_bf16 and amx levels"
+                                     : "the tile layout of the avx512_bf16 and amx levels";
 }
 
 void write_expert(const uint8_t* src, const PackedHeader& header, uint8_t* block) {
   const auto dtype = static_cast<at::ScalarType>(header.dtype);
   const int64_t rows = header.rows, cols = header.cols, elem = c10::elementSize(dtype);
   uint8_t* values = block + kPackedHeaderBytes;
-  if (header.layout == static_cast<int32_t>(PackLayout::kTiles16)) {
-    if (dtype == at::kFloat8_e4m3fn) {
-      store_fp8_lines(src, rows, cols, header.ld, values);
-    } else {
-      store_tiles(src, rows, cols, elem, header.ld * elem, values);
-    }
+  const auto layout = static_cast<PackLayout>(header.layout);
+  if (layout == PackLayout::kTiles16 && dtype == at::kFloat8_e4m3fn) {
+    store_fp8_lines(src, rows, cols, header.ld, values);
+  } else if (layout != PackLayout::kRows) {
+    store_tiles(layout == PackLayout::kTiles16 ? kTiles16Shape : kTiles2Shape, src, rows, cols, elem,
+                header.ld * elem, values);
   } else {
     for (int64_t r = 0; r < rows; ++r) {
       std::memcpy(values + r * header.ld * elem, src + r * cols * elem, cols * elem);

@@ -7,18 +7,23 @@
 //
 // - Rows (PackLayout::kRows): each row padded with zeros to a multiple of
 //   kPackAlign values and aligned to kPackAlign bytes, so kernels run tail-free.
-// - Tiles (PackLayout::kTiles16), for a level with tile GEMMs
-//   (KernelSet::reads_tiles), where the row count is a multiple of 32 (so the
-//   driver's row blocks, and the up half of w1, start on 16-row blocks):
-//   * bf16 and int8, the tile layout (tile_byte): each 16-row block, ld values
-//     a row, is a run of 64-byte lines, line q holding bytes [4 q, 4 q + 4) of
-//     K of each of its 16 rows in turn: 16 lines are an AMX tile, and AVX-512
-//     streams a block as one run.
-//   * fp8, the line layout (fp8_line_byte): line q holds values [4 q, 4 q + 4)
-//     of K of each of the 16 rows, and widens into two rows of a bf16 tile;
-//     each 16 bytes hold 4 rows, their first pairs of values in the low 8
-//     bytes and their second pairs in the high 8, so the byte interleave that
-//     widens them stays within 128-bit lanes.
+// - Tiles, for a level with tile GEMMs (KernelSet::tiles names the layout it
+//   reads), where the row count allows the layout's blocks (tiles_apply): runs
+//   of blocks of TileShape::rows rows, ld values a row, each block a run of
+//   lines, line q holding bytes [c q, c q + c) of K (c: TileShape::chunk) of
+//   each row of the block in turn (tile_byte).
+//   * PackLayout::kTiles16, the avx512_bf16 and amx levels': 16 rows of 4-byte
+//     chunks, for bf16, int8 and fp8 where the row count is a multiple of 32
+//     (so the driver's row blocks, and the up half of w1, start on 16-row
+//     blocks). 16 lines are an AMX tile, and AVX-512 streams a block as one run.
+//     fp8 takes the line layout instead (fp8_line_byte): line q holds values
+//     [4 q, 4 q + 4) of K of each of the 16 rows, and widens into two rows of a
+//     bf16 tile; each 16 bytes hold 4 rows, their first pairs of values in the
+//     low 8 bytes and their second pairs in the high 8, so the byte interleave
+//     that widens them stays within 128-bit lanes.
+//   * PackLayout::kTiles2, the i8mm level's: 2 rows of 8-byte chunks, for bf16
+//     and int8 where the row count is a multiple of 4 (so the up half of w1
+//     starts on a pair): each 16 bytes are one SMMLA or BFMMLA operand.
 // - 4-bit weights (INT4_W4A8, MXFP4): rows only, alike on every architecture
 //   and level, each row its bytes as the spec lays them out (byte j: value 2j
 //   in the low nibble, 2j + 1 in the high) padded with zero bytes as above.
@@ -35,14 +40,28 @@
 
 namespace moe_xarch {
 
+// The header's layout field (core/packing.h).
+enum class PackLayout : int32_t { kRows = 0, kTiles16 = 1, kTiles2 = 2 };
+
+// A tile layout's blocks: `rows` rows, interleaved in chunks of `chunk` bytes.
+struct TileShape {
+  int64_t rows;
+  int64_t chunk;
+};
+
+constexpr TileShape kTiles16Shape{16, 4};
+constexpr TileShape kTiles2Shape{2, 8};
+
 // Packed weight rows and the driver's activation buffers are padded to this
 // many elements and aligned to this many bytes.
 inline constexpr int64_t kPackAlign = 64;
 
 namespace {
 
-// Byte x of K of row r of a 16-row block in the tile layout sits at byte:
-constexpr int64_t tile_byte(int64_t r, int64_t x) { return x / 4 * 64 + r * 4 + x % 4; }
+// Byte x of K of row r of a block of a tile layout sits at byte:
+constexpr int64_t tile_byte(TileShape shape, int64_t r, int64_t x) {
+  return x / shape.chunk * shape.rows * shape.chunk + r * shape.chunk + x % shape.chunk;
+}
 
 // Value p of row r of a block in the fp8 line layout sits at byte:
 constexpr int64_t fp8_line_byte(int64_t r, int64_t p) {

@@ -85,7 +85,7 @@ int64_t packed_nbytes(int64_t rows, int64_t cols, at::ScalarType dtype) {
   return *nbytes;
 }
 
-at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackArch arch, bool tiles) {
+at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackArch arch, PackLayout tiles) {
   const Method method = check_method(moe_comp_method);
   TORCH_CHECK(weight.dim() == 3, "convert_weight_packed: weight must be 3-D [E, rows, cols], got ",
               weight.dim(), "-D");
@@ -108,9 +108,8 @@ at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackA
               "[E, K, N]) with rows > 0 and cols > 0, got shape ", weight.sizes());
   const int64_t block_bytes = packed_nbytes(rows, cols, dtype);
   at::Tensor packed = at::empty({experts, block_bytes}, weight.options().dtype(at::kByte));
-  const PackLayout layout =
-      tiles && tiles_apply(rows, dtype) ? PackLayout::kTiles16 : PackLayout::kRows;
-  counting::count(layout == PackLayout::kTiles16 ? counting::Kind::kPackTiles : counting::Kind::kPackRows,
+  const PackLayout layout = tiles_apply(tiles, rows, dtype) ? tiles : PackLayout::kRows;
+  counting::count(layout == PackLayout::kRows ? counting::Kind::kPackRows : counting::Kind::kPackTiles,
                   counting::kCoreLevel);
   const PackedHeader header = make_header(rows, cols, dtype, arch, layout).value();  // sized above
   const int64_t elem = c10::elementSize(dtype);
@@ -127,7 +126,7 @@ at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackA
   return packed;
 }
 
-PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch arch, bool tiles) {
+PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch arch, PackLayout tiles) {
   TORCH_CHECK(packed.scalar_type() == at::kByte && packed.dim() == 2 && packed.size(0) > 0 &&
                   packed.size(1) >= kPackedHeaderBytes,
               "fused_experts_cpu: ", name,
@@ -153,13 +152,11 @@ PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch a
                   dtype == at::kChar || dtype == at::kFloat8_e4m3fn || is_four_bit(dtype),
               "fused_experts_cpu: ", name, " has a corrupt packed header (value type)");
   const auto layout = static_cast<PackLayout>(header.layout);
-  TORCH_CHECK(layout == PackLayout::kRows || (layout == PackLayout::kTiles16 && tiles_apply(header.rows, dtype)),
+  TORCH_CHECK(layout == PackLayout::kRows || tiles_apply(layout, header.rows, dtype),
               "fused_experts_cpu: ", name, " has a corrupt packed header (layout)");
-  TORCH_CHECK(layout == PackLayout::kRows || tiles, "fused_experts_cpu: ", name,
-              " was packed in the ", dtype == at::kFloat8_e4m3fn ? "line" : "tile",
-              " layout of the avx512_bf16 and amx levels, which this kernel level does not "
-              "read; repack it with convert_weight_packed under the level that uses it "
-              "(MOE_XARCH_ISA)");
+  TORCH_CHECK(layout == PackLayout::kRows || layout == tiles, "fused_experts_cpu: ", name, " was packed in ",
+              layout_description(layout, dtype), ", which this kernel level does not read; repack it with "
+              "convert_weight_packed under the level that uses it (MOE_XARCH_ISA)");
   // Every field as convert_weight_packed would write it, and the size it implies
   // (computed without wrapping) that of the tensor.
   const std::optional<PackedHeader> expected =

@@ -11,11 +11,11 @@
 
 #include <cstdint>
 
+#include "core/packed_layout.h"
+
 namespace moe_xarch {
 
 enum class PackArch : uint32_t { kGeneric = 0, kX86_64 = 1, kAarch64 = 2 };
-
-enum class PackLayout : int32_t { kRows = 0, kTiles16 = 1 };
 
 struct PackedHeader {
   char magic[8];
@@ -40,14 +40,14 @@ struct PackedView {
   int64_t ld;
 };
 
-// In the tile layout where it applies if `tiles` (the running level reads it:
-// KernelSet::reads_tiles).
-at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackArch arch, bool tiles);
+// In `tiles`, the tile layout the running level reads (KernelSet::tiles), where
+// it applies; kRows: rows.
+at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackArch arch, PackLayout tiles);
 
 // Checks that `packed` (the argument called `name`) came from
 // convert_weight_packed on this architecture, in a layout the running level
-// reads (`tiles`: KernelSet::reads_tiles), and returns its header: expert 0's.
-PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch arch, bool tiles);
+// reads (rows, or `tiles`: KernelSet::tiles), and returns its header: expert 0's.
+PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch arch, PackLayout tiles);
 
 // Checks that an expert of a checked packed tensor carries expert 0's header.
 // Each header is a cache miss, so a call checks only the experts it reads.
@@ -55,9 +55,14 @@ void check_packed_expert(const at::Tensor& packed, const char* name, int64_t exp
 
 PackedView packed_expert(const at::Tensor& packed, int64_t expert);
 
-// The layouts' writers (core/packed_layout.cpp). Whether the tile layout (fp8:
-// the line layout) applies to a weight of `rows` rows of `dtype`:
-bool tiles_apply(int64_t rows, at::ScalarType dtype);
+// The layouts' writers (core/packed_layout.cpp). Whether the tile layout
+// `tiles` (kTiles16 for fp8: the line layout) applies to a weight of `rows`
+// rows of `dtype`:
+bool tiles_apply(PackLayout tiles, int64_t rows, at::ScalarType dtype);
+
+// A tile layout's name (kTiles16's for fp8: the line layout) and the levels
+// that read it, for errors.
+const char* layout_description(PackLayout tiles, at::ScalarType dtype);
 
 // One expert's rows x cols values (src, unpadded) into its zeroed block
 // after the header, in the header's layout, with its row sums if it has them.

@@ -22,7 +22,7 @@ struct WeightOperand {
   int64_t rows = 0;
   int64_t cols = 0;
   bool packed = false;
-  bool tiles = false;  // packed in PackLayout::kTiles16
+  bool tiles = false;  // packed in the running level's tile layout (KernelSet::tiles)
   const at::Tensor* tensor = nullptr;
   const float* channel_scale = nullptr;  // INT8: [E, rows]
   const float* block_scale = nullptr;    // FP8: [E, ceil(rows/bn), ceil(cols/bk)]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["ARCHITECTURE_LEVELS", "EXPECTED_KERNELS", "ROW_KERNELS", "Expected"]
+__all__ = ["ARCHITECTURE_LEVELS", "EXPECTED_KERNELS", "ROW_KERNELS", "TILE_LAYOUTS", "Expected"]
 
 # The kernels of the driver's row loops (core/row_kernels.h), built by the levels that export their own.
 ROW_KERNELS = ("silu_and_mul", "swiglu", "quantize_row_s8", "add_weighted")
@@ -33,6 +33,19 @@ class Expected:
 ARCHITECTURE_LEVELS: Mapping[str, tuple[str, ...]] = {
     "x86_64": ("generic", "avx2", "avx512", "avx512_bf16", "amx"),
     "aarch64": ("generic", "neon", "dotprod", "i8mm"),
+}
+
+
+# The levels that read packed weights in a tile layout: for each, the layout's name as the
+# library's refusals give it, and the weight dtypes it packs so (where the row count allows).
+_TILES16 = {"bf16": "the tile layout of the avx512_bf16 and amx levels",
+            "int8": "the tile layout of the avx512_bf16 and amx levels",
+            "fp8": "the line layout of the avx512_bf16 and amx levels"}
+TILE_LAYOUTS: Mapping[str, Mapping[str, str]] = {
+    "avx512_bf16": _TILES16,
+    "amx": _TILES16,
+    "i8mm": {"bf16": "the row-pair tile layout of the i8mm level",
+             "int8": "the row-pair tile layout of the i8mm level"},
 }
 
 
@@ -105,13 +118,14 @@ EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
         **_level("generic", (*_FP8_ROWS, *ROW_KERNELS)),
         **_PACK_ROWS,
     },
+    # i8mm with its own tile layout for packed bf16 and int8 (fp8 packs as rows).
     "i8mm": {
         **_level("neon", ("gemm_f32", *_MXFP4_ROWS)),
         "gemm_bf16": Expected("i8mm", {"neon": "K below 8"}),
         "gemm_s8": Expected("i8mm", {"dotprod": "one row of a (decode)", "neon": "K below 16"}),
         "gemm_w4a8": Expected("i8mm", {"dotprod": "one row of a (decode)"}),
-        **_level("i8mm", _MXFP4_FUSED),
+        **_level("i8mm", ("gemm_bf16_tiles", "gemm_s8_tiles", *_MXFP4_FUSED)),
         **_level("generic", (*_FP8_ROWS, *ROW_KERNELS)),
-        **_PACK_ROWS,
+        **_PACK_BOTH,
     },
 }

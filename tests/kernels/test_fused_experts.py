@@ -21,6 +21,7 @@ import torch
 
 import moe_xarch
 from moe_xarch import MoeCompMethod, reference
+from moe_xarch.expected_kernels import TILE_LAYOUTS
 from moe_xarch.testing import (
     ACTIVATIONS,
     assert_matches_reference,
@@ -298,9 +299,10 @@ def test_parallel_matches_reference(method: int, threads: int) -> None:
 @pytest.mark.parametrize("method", METHODS.values(), ids=METHODS.keys())  # 4-bit weights pack as rows
 @pytest.mark.parametrize("tokens", [1, 3, 37])
 def test_packed_tile_layout(method: int, tokens: int) -> None:
-    """Row counts that are multiples of 32, which the avx512_bf16 and amx levels
-    pack in their tile layout (read in place by AVX-512, and by AMX tiles from 4 rows), with K padded
-    (200 -> 256) and both activations' row orders."""
+    """Row counts that are multiples of 32, which the levels with a tile layout
+    pack in it (avx512_bf16 and amx: read in place by AVX-512, and by AMX tiles
+    from 4 rows; i8mm: row pairs, by MMLA from one row), with K padded (200 ->
+    256) and both activations' row orders."""
     for activation in ("silu", "swiglu"):
         problem = make_moe_problem(tokens, 224, 48, 4, 2, torch.bfloat16, method, activation=activation,
                                    bias=True, seed=14)
@@ -309,23 +311,27 @@ def test_packed_tile_layout(method: int, tokens: int) -> None:
         assert_matches_reference(actual, expected, method, torch.bfloat16)
 
 
+# The weights' dtype of each of level_runner's packed methods (its activations are bf16),
+# as TILE_LAYOUTS names it.
+PACKED_WEIGHTS = {"unquant": "bf16", "int8": "int8", "fp8": "fp8", "int4": "int4"}
+
+
 @pytest.mark.forces_levels
 @pytest.mark.parametrize("method", list(level_runner.PACKED_METHODS))
 def test_weights_packed_under_one_level_run_or_are_refused_under_another(method: str, forced_levels) -> None:
     """Weights packed under the best level give the reference's answer under every
-    level, or are refused by name - never misread. The avx512_bf16 and amx levels
-    pack bf16 and int8 weights in their tile layout and fp8 in their line layout,
-    which levels that read rows must refuse."""
+    level, or are refused by name - never misread. A level with a tile layout
+    packs the weights it applies to in it (TILE_LAYOUTS), and levels that read
+    another layout must refuse them."""
     levels = moe_xarch.supported_isas()
-    tile_levels = ("avx512_bf16", "amx")
-    in_tiles = MoeCompMethod[level_runner.PACKED_METHODS[method]] in METHODS.values()  # 4-bit: rows everywhere
+    weights = PACKED_WEIGHTS[method]
+    packed_in = TILE_LAYOUTS.get(levels[-1], {}).get(weights)
     for level in levels:
         run = forced_levels[level]
         assert method in run.outcomes, (level, run.failure())
         outcome = run.outcomes[method]
-        if in_tiles and levels[-1] in tile_levels and level not in tile_levels:
-            layout = "line" if method == "fp8" else "tile"
-            assert f"was packed in the {layout} layout of the avx512_bf16 and amx levels" in outcome, (level, outcome)
+        if packed_in and TILE_LAYOUTS.get(level, {}).get(weights) != packed_in:
+            assert f"was packed in {packed_in}" in outcome, (level, outcome)
         else:
             assert outcome == level_runner.SAME_ANSWER, (level, outcome)
 

@@ -18,21 +18,21 @@ import torch
 
 import moe_xarch
 from moe_xarch import MoeCompMethod
-from moe_xarch.expected_kernels import ARCHITECTURE_LEVELS, EXPECTED_KERNELS
+from moe_xarch.expected_kernels import ARCHITECTURE_LEVELS, EXPECTED_KERNELS, TILE_LAYOUTS
 from moe_xarch.testing import make_moe_problem
 
-# method, activation dtype, whether its weights take the tile layout at a level that
-# packs them so (packing.h: bf16, int8, fp8), and the tile GEMM it then runs, if any.
+# method, activation dtype, its weights' dtype as TILE_LAYOUTS names it (None: a dtype no
+# level packs in tiles), and the tile GEMM a level that packs it so then runs, if any.
 CASES = {
-    "unquant-bf16": (MoeCompMethod.UNQUANT, torch.bfloat16, True, "gemm_bf16_tiles"),
-    "unquant-fp16": (MoeCompMethod.UNQUANT, torch.float16, False, None),
-    "unquant-fp32": (MoeCompMethod.UNQUANT, torch.float32, False, None),
-    "int8-bf16": (MoeCompMethod.INT8_W8A8, torch.bfloat16, True, "gemm_s8_tiles"),
-    "fp8-bf16": (MoeCompMethod.FP8_W8A16, torch.bfloat16, True, "gemm_bf16_fp8_tiles"),
-    "fp8-fp32": (MoeCompMethod.FP8_W8A16, torch.float32, True, None),  # fp32 GEMM on widened rows
-    "int4-bf16": (MoeCompMethod.INT4_W4A8, torch.bfloat16, False, None),
-    "mxfp4-bf16": (MoeCompMethod.MXFP4, torch.bfloat16, False, None),  # widened rows, or fused for few
-    "mxfp4-fp32": (MoeCompMethod.MXFP4, torch.float32, False, None),
+    "unquant-bf16": (MoeCompMethod.UNQUANT, torch.bfloat16, "bf16", "gemm_bf16_tiles"),
+    "unquant-fp16": (MoeCompMethod.UNQUANT, torch.float16, None, None),
+    "unquant-fp32": (MoeCompMethod.UNQUANT, torch.float32, None, None),
+    "int8-bf16": (MoeCompMethod.INT8_W8A8, torch.bfloat16, "int8", "gemm_s8_tiles"),
+    "fp8-bf16": (MoeCompMethod.FP8_W8A16, torch.bfloat16, "fp8", "gemm_bf16_fp8_tiles"),
+    "fp8-fp32": (MoeCompMethod.FP8_W8A16, torch.float32, "fp8", None),  # fp32 GEMM on widened rows
+    "int4-bf16": (MoeCompMethod.INT4_W4A8, torch.bfloat16, None, None),
+    "mxfp4-bf16": (MoeCompMethod.MXFP4, torch.bfloat16, None, None),  # widened rows, or fused for few
+    "mxfp4-fp32": (MoeCompMethod.MXFP4, torch.float32, None, None),
 }
 # The 4-bit kernel each 4-bit case must run, by activation dtype.
 FOUR_BIT_KIND = {MoeCompMethod.INT4_W4A8: {torch.bfloat16: "gemm_w4a8"},
@@ -43,7 +43,7 @@ FUSED_KIND = {(MoeCompMethod.MXFP4, torch.bfloat16): "gemm_bf16_mxfp4"}
 ACTIVATION_KIND = {"silu": "silu_and_mul", "swiglu": "swiglu"}
 # 16 tokens on 2 experts, one each: at least 8 rows of a for one of them, enough
 # for every level's own kernels (amx's tiles take 4). K and 2N are multiples of 64
-# (whole vectors and tiles, and the tile layout's 32-row blocks apply).
+# (whole vectors and tiles, and every tile layout's blocks apply).
 TOKENS, K, N, EXPERTS, TOPK = 16, 64, 32, 2, 1
 
 
@@ -89,10 +89,11 @@ def assert_level_did_the_work(use: moe_xarch.KernelUse, *, reaches_own: bool, re
 @pytest.mark.parametrize("packed", [False, True], ids=["unpacked", "packed"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_level_runs_its_own_kernels(case: str, packed: bool, activation: str) -> None:
-    method, dtype, tile_layout, tile_gemm = CASES[case]
+    method, dtype, weights, tile_gemm = CASES[case]
     expected = EXPECTED_KERNELS[moe_xarch.isa()]
+    in_tiles = weights in TILE_LAYOUTS.get(moe_xarch.isa(), {})
     problem = make_moe_problem(TOKENS, K, N, EXPERTS, TOPK, dtype, method, activation=activation)
-    pack_kind = "pack_tiles" if tile_layout and "pack_tiles" in expected else "pack_rows"
+    pack_kind = "pack_tiles" if in_tiles else "pack_rows"
     packing = measured(lambda: problem.kwargs(packed=packed))
     if packed:
         assert_level_did_the_work(packing, reaches_own=True, required={pack_kind}, what=f"packing {case}")
@@ -105,7 +106,7 @@ def test_the_level_runs_its_own_kernels(case: str, packed: bool, activation: str
         required.add("quantize_row_s8")
     if method in FOUR_BIT_KIND:
         required.add(FOUR_BIT_KIND[method][dtype])
-    if packed and tile_gemm in expected:
+    if packed and in_tiles and tile_gemm in expected:
         required.add(tile_gemm)
     prefill = measured(lambda: problem.run(moe_xarch.fused_experts, packed=packed))
     assert any(kind.startswith("gemm_") for kind in prefill), f"no GEMM counted: {prefill}"

@@ -1,8 +1,10 @@
 // Armv8.6-A matrix multiply-accumulate: SMMLA (int8) and BFMMLA (bf16) each
 // compute a 2x2 output block from two rows of a and two rows of b, twice the
 // work of a dot-product instruction. Two natural-layout rows zipped by 64-bit
-// halves are exactly the operand each instruction wants: b's are zipped in
-// the tile, a's once per call (mmla_pairs). fp32 has nothing new at this
+// halves are exactly the operand each instruction wants: a's are zipped once
+// per call (mmla_pairs); packed b lies so already (the kTiles2 layout) and is
+// read as it lies, decode included, while b in rows is zipped in the tile,
+// at a cost of one vector op per two MMLAs. fp32 has nothing new at this
 // level and stays on NEON's kernel.
 //
 // INT4_W4A8 by SMMLA as well, from two rows of a: a 2x2 block takes four
@@ -29,13 +31,15 @@ namespace moe_xarch {
 namespace {
 
 // MMLA Ops: kW elements per 16 bytes; mmla takes the zipped operands as
-// bytes; to_f32 turns a finished 2x2 accumulator into floats.
+// bytes; add sums two chains; to_f32 turns a finished 2x2 accumulator into
+// floats.
 struct MmlaS8 {
   using T = int8_t;
   using Acc = int32x4_t;
   static constexpr int kW = 16;
   static constexpr bool kScaled = true;
   static Acc zero() { return vdupq_n_s32(0); }
+  static Acc add(Acc x, Acc y) { return vaddq_s32(x, y); }
   static Acc mmla(Acc acc, uint8x16_t a, uint8x16_t b) {
     return vmmlaq_s32(acc, vreinterpretq_s8_u8(a), vreinterpretq_s8_u8(b));
   }
@@ -48,6 +52,7 @@ struct MmlaBF16 {
   static constexpr int kW = 8;
   static constexpr bool kScaled = false;
   static Acc zero() { return vdupq_n_f32(0.f); }
+  static Acc add(Acc x, Acc y) { return vaddq_f32(x, y); }
   static Acc mmla(Acc acc, uint8x16_t a, uint8x16_t b) {
     return vbfmmlaq_f32(acc, vreinterpretq_bf16_u8(a), vreinterpretq_bf16_u8(b));
   }
@@ -138,64 +143,138 @@ MOE_ARM_ROWS_PASS const uint8_t* mmla_pairs(int64_t m, int64_t k, const typename
   return pairs;
 }
 
+// b as natural rows: per 16-byte step, rows 2q and 2q+1 zip into column pair
+// q's operand for the first half of the step and its operand for the second,
+// as a's did. The k tail is one more step, at k - kW, masked to what the full
+// steps did not count. Columns past nv re-read the last valid row of b.
+// Requires k >= kW.
+template <class Ops, int C>
+struct RowsOfB {
+  static constexpr bool kOperandsAsLoaded = false;
+  static constexpr int64_t kSize = static_cast<int64_t>(sizeof(typename Ops::T));
+  const uint8_t* rows[C];
+  int64_t k;
+
+  RowsOfB(const typename Ops::T* b, int64_t ldb, int64_t nv, int64_t k_) : k(k_) {
+    MOE_ARM_UNROLL for (int j = 0; j < C; ++j) {
+      rows[j] = reinterpret_cast<const uint8_t*>(b + min_i64(j, nv - 1) * ldb);
+    }
+  }
+
+  // step(s, operands) for each step s of k, operands(q) column pair q's two.
+  template <class Step>
+  MOE_ARM_ALWAYS_INLINE void for_each_step(Step step) const {
+    constexpr int W = Ops::kW;
+    auto zipped = [this](int64_t offset, auto load) MOE_ARM_ALWAYS_INLINE {
+      return [this, offset, load](int q) MOE_ARM_ALWAYS_INLINE {
+        const uint8x16_t x = load(rows[2 * q] + offset), y = load(rows[2 * q + 1] + offset);
+        return uint8x16x2_t{{zip_lo(x, y), zip_hi(x, y)}};
+      };
+    };
+    int64_t p = 0, s = 0;
+    for (; p + W <= k; p += W, ++s) {
+      step(s, zipped(p * kSize, [](const uint8_t* q) MOE_ARM_ALWAYS_INLINE { return vld1q_u8(q); }));
+    }
+    if (p < k) {
+      const uint8x16_t keep = keep_last((k - p) * kSize);
+      step(s, zipped((k - W) * kSize,
+                     [keep](const uint8_t* q) MOE_ARM_ALWAYS_INLINE { return vandq_u8(vld1q_u8(q), keep); }));
+    }
+  }
+};
+
+// b in the kTiles2 layout (core/packed_layout.h): column pair q's two operands
+// of step s are the 32 bytes of its lines 2s and 2s + 1, as they lie. k == ldb
+// is a multiple of kPackAlign values, so there is no tail. Column pairs past
+// nv re-read the last valid pair.
+template <class Ops, int C>
+struct TilesOfB {
+  static_assert(kTiles2Shape.rows == 2 && kTiles2Shape.chunk == 8, "one line pair of the layout per operand pair");
+  static constexpr bool kOperandsAsLoaded = true;
+  const uint8_t* pairs[C / 2];
+  int64_t steps;
+
+  TilesOfB(const typename Ops::T* b, int64_t ldb, int64_t nv, int64_t k) : steps(k / Ops::kW) {
+    MOE_ARM_UNROLL for (int q = 0; q < C / 2; ++q) {
+      pairs[q] = reinterpret_cast<const uint8_t*>(b + min_i64(2 * q, nv - 2) * ldb);
+    }
+  }
+
+  template <class Step>
+  MOE_ARM_ALWAYS_INLINE void for_each_step(Step step) const {
+    for (int64_t s = 0; s < steps; ++s) {
+      // Two loads, not one vld1q_u8_x2: its register pair made GCC copy bf16
+      // accumulators around every BFMMLA.
+      step(s, [this, s](int q) MOE_ARM_ALWAYS_INLINE {
+        return uint8x16x2_t{{vld1q_u8(pairs[q] + s * 32), vld1q_u8(pairs[q] + s * 32 + 16)}};
+      });
+    }
+  }
+};
+
 // R x C outputs (both even) as R/2 x C/2 blocks of 2x2, from R/2 row pairs
-// of mmla_pairs (steps apart) and C rows of b. Per 16-byte step, rows 2j and
-// 2j+1 of b zip into one operand for the first half of the step and one for
-// the second, as a's did. Rows past mv are the pairs' repeated rows, columns
-// past nv re-read the last valid row of b; neither is stored. Requires k >= kW.
-template <class Ops, int R, int C>
-MOE_ARM_TILE void mmla_tile(int64_t k, const uint8_t* pairs, int64_t steps,
-                            const typename Ops::T* b, int64_t ldb, int64_t mv, int64_t nv,
-                            float* c, int64_t ldc, const float* a_scale, const float* b_scale) {
+// of mmla_pairs (steps apart) and C columns of b, read by B (RowsOfB,
+// TilesOfB). Rows past mv are the pairs' repeated rows, columns past nv
+// B's repeated ones; neither is stored.
+template <class Ops, int R, int C, template <class, int> class B>
+MOE_ARM_TILE void mmla_tile(int64_t k, const uint8_t* pairs, int64_t steps, const typename Ops::T* b_rows,
+                            int64_t ldb, int64_t mv, int64_t nv, float* c, int64_t ldc, const float* a_scale,
+                            const float* b_scale) {
   static_assert(R % 2 == 0 && C % 2 == 0, "2x2 blocks");
-  using T = typename Ops::T;
   using Acc = typename Ops::Acc;
   constexpr int RP = R / 2;
   constexpr int CP = C / 2;
-  constexpr int W = Ops::kW;
+  // Built here, not passed in: the tile's caller would store it to the stack for every tile.
+  const B<Ops, C> b(b_rows, ldb, nv, k);
 
   const uint8_t* pa[RP];
-  const uint8_t* pb[C];
   MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) pa[r] = pairs + r * steps * 32;
-  MOE_ARM_UNROLL for (int j = 0; j < C; ++j) {
-    pb[j] = reinterpret_cast<const uint8_t*>(b + min_i64(j, nv - 1) * ldb);
-  }
 
-  Acc acc[RP][CP];
-  MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
-    MOE_ARM_UNROLL for (int j = 0; j < CP; ++j) acc[r][j] = Ops::zero();
-  }
-
-  auto step = [&](int64_t s, int64_t offset, auto load) MOE_ARM_ALWAYS_INLINE {
-    uint8x16_t lo[RP], hi[RP];
+  // One row pair: each block in two chains, one per half of a step, so that
+  // the MMLA's latency does not bound the tile; more pairs have the registers
+  // for one chain only.
+  constexpr int kChains = RP == 1 ? 2 : 1;
+  Acc acc[kChains][RP][CP];
+  MOE_ARM_UNROLL for (int h = 0; h < kChains; ++h) {
     MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
-      lo[r] = vld1q_u8(pa[r] + s * 32);
-      hi[r] = vld1q_u8(pa[r] + s * 32 + 16);
+      MOE_ARM_UNROLL for (int j = 0; j < CP; ++j) acc[h][r][j] = Ops::zero();
     }
-    MOE_ARM_UNROLL for (int j = 0; j < CP; ++j) {
-      const uint8x16_t x = load(pb[2 * j] + offset), y = load(pb[2 * j + 1] + offset);
-      const uint8x16_t blo = zip_lo(x, y), bhi = zip_hi(x, y);
+  }
+  b.for_each_step([&](int64_t s, auto operands) MOE_ARM_ALWAYS_INLINE {
+    if constexpr (RP > 1 && B<Ops, C>::kOperandsAsLoaded) {
+      // The step's b operands first, then a row pair at a time: in the other
+      // order GCC copied a BFMMLA accumulator to another register and back.
+      uint8x16x2_t v[CP];
+      MOE_ARM_UNROLL for (int j = 0; j < CP; ++j) v[j] = operands(j);
       MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
-        acc[r][j] = Ops::mmla(Ops::mmla(acc[r][j], lo[r], blo), hi[r], bhi);
+        const uint8x16_t lo = vld1q_u8(pa[r] + s * 32), hi = vld1q_u8(pa[r] + s * 32 + 16);
+        MOE_ARM_UNROLL for (int j = 0; j < CP; ++j) acc[0][r][j] = Ops::mmla(acc[0][r][j], lo, v[j].val[0]);
+        MOE_ARM_UNROLL for (int j = 0; j < CP; ++j) acc[0][r][j] = Ops::mmla(acc[0][r][j], hi, v[j].val[1]);
+      }
+    } else {  // a column pair at a time: RowsOfB's zips need registers, and one row pair has two chains
+      uint8x16_t lo[RP], hi[RP];
+      MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
+        lo[r] = vld1q_u8(pa[r] + s * 32);
+        hi[r] = vld1q_u8(pa[r] + s * 32 + 16);
+      }
+      MOE_ARM_UNROLL for (int j = 0; j < CP; ++j) {
+        const uint8x16x2_t v = operands(j);
+        MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) acc[0][r][j] = Ops::mmla(acc[0][r][j], lo[r], v.val[0]);
+        MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
+          acc[kChains - 1][r][j] = Ops::mmla(acc[kChains - 1][r][j], hi[r], v.val[1]);
+        }
       }
     }
-  };
-  constexpr int64_t kSize = static_cast<int64_t>(sizeof(T));
-  int64_t p = 0, s = 0;
-  for (; p + W <= k; p += W, ++s) {
-    step(s, p * kSize, [](const uint8_t* q) MOE_ARM_ALWAYS_INLINE { return vld1q_u8(q); });
-  }
-  if (p < k) {
-    const uint8x16_t keep = keep_last((k - p) * kSize);
-    step(s, (k - W) * kSize,
-         [keep](const uint8_t* q) MOE_ARM_ALWAYS_INLINE { return vandq_u8(vld1q_u8(q), keep); });
+  });
+  if constexpr (kChains == 2) {
+    MOE_ARM_UNROLL for (int j = 0; j < CP; ++j) acc[0][0][j] = Ops::add(acc[0][0][j], acc[1][0][j]);
   }
 
   // Block (r, j) holds [a0.b0, a0.b1, a1.b0, a1.b1] for rows 2r, 2r+1 and
   // columns 2j, 2j+1.
   float32x4_t out[RP][CP];
   MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
-    MOE_ARM_UNROLL for (int j = 0; j < CP; ++j) out[r][j] = Ops::to_f32(acc[r][j]);
+    MOE_ARM_UNROLL for (int j = 0; j < CP; ++j) out[r][j] = Ops::to_f32(acc[0][r][j]);
   }
   for (int r = 0; r < RP && 2 * r < mv; ++r) {
     float* c0 = c + 2 * r * ldc;
@@ -319,8 +398,9 @@ MOE_ARM_TILE void w4a8_mmla_tile(const W4A8Call& w, const int8_t* pairs, int64_t
   }
 }
 
-// 8 x 8 tiles (16 accumulators), 2 or 4 rows x 16 columns for small strips.
-template <class Ops>
+// 8 x 8 tiles (16 accumulators), 2 or 4 rows x 16 columns for small strips,
+// b read by B.
+template <class Ops, template <class, int> class B>
 void gemm_mmla(int64_t m, int64_t n, int64_t k, const typename Ops::T* a, int64_t lda,
                const typename Ops::T* b, int64_t ldb, float* c, int64_t ldc, const float* a_scale,
                const float* b_scale) {
@@ -329,7 +409,7 @@ void gemm_mmla(int64_t m, int64_t n, int64_t k, const typename Ops::T* a, int64_
   for_each_tile<8, 2, 8, 16>(
       m, n, k * static_cast<int64_t>(sizeof(typename Ops::T)),
       [&](auto rows, auto cols, int64_t i, int64_t j, int64_t mv, int64_t nv) {
-        mmla_tile<Ops, decltype(rows)::value, decltype(cols)::value>(
+        mmla_tile<Ops, decltype(rows)::value, decltype(cols)::value, B>(
             k, pairs + i / 2 * steps * 32, steps, b + j * ldb, ldb, mv, nv, c + i * ldc + j, ldc,
             a_scale ? a_scale + i : nullptr, b_scale ? b_scale + j : nullptr);
       });
@@ -342,7 +422,7 @@ void gemm_bf16_i8mm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t 
   if (m == 1) {
     return gemm_dot<BF16DotOps, 1, 8, 8>(m, n, k, a, lda, b, ldb, c, ldc, nullptr, nullptr);
   }
-  gemm_mmla<MmlaBF16>(m, n, k, a, lda, b, ldb, c, ldc, nullptr, nullptr);
+  gemm_mmla<MmlaBF16, RowsOfB>(m, n, k, a, lda, b, ldb, c, ldc, nullptr, nullptr);
 }
 
 // b_sum is unused: SMMLA is signed times signed.
@@ -352,7 +432,22 @@ void gemm_s8_i8mm(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
   if (m == 1) return gemm_s8_dotprod(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
   if (k < MmlaS8::kW) return gemm_s8_neon(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
   MOE_KERNEL_USE(kGemmS8);
-  gemm_mmla<MmlaS8>(m, n, k, a, lda, b, ldb, c, ldc, a_scale, b_scale);
+  gemm_mmla<MmlaS8, RowsOfB>(m, n, k, a, lda, b, ldb, c, ldc, a_scale, b_scale);
+}
+
+// b in the kTiles2 layout, decode included: one row of a uses half of each
+// MMLA, as many MACs an instruction as the dot product's kernel.
+void gemm_bf16_tiles_i8mm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+                          int64_t ldb, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmBF16Tiles);
+  gemm_mmla<MmlaBF16, TilesOfB>(m, n, k, a, lda, b, ldb, c, ldc, nullptr, nullptr);
+}
+
+void gemm_s8_tiles_i8mm(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+                        const int8_t* b, int64_t ldb, const float* b_scale, const int32_t* /*b_sum*/, float* c,
+                        int64_t ldc) {
+  MOE_KERNEL_USE(kGemmS8Tiles);
+  gemm_mmla<MmlaS8, TilesOfB>(m, n, k, a, lda, b, ldb, c, ldc, a_scale, b_scale);
 }
 
 void gemm_w4a8_i8mm(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
@@ -381,6 +476,9 @@ const KernelSet& kernels_i8mm() {
   static const KernelSet kernels{.gemm_f32 = gemm_f32_neon,
                                  .gemm_bf16 = gemm_bf16_i8mm,
                                  .gemm_s8 = gemm_s8_i8mm,
+                                 .tiles = PackLayout::kTiles2,
+                                 .gemm_bf16_tiles = gemm_bf16_tiles_i8mm,
+                                 .gemm_s8_tiles = gemm_s8_tiles_i8mm,
                                  .gemm_w4a8 = gemm_w4a8_i8mm,
                                  .mxfp4_to_bf16 = mxfp4_to_bf16_neon,
                                  .mxfp4_to_f32 = mxfp4_to_f32_neon,

@@ -42,8 +42,8 @@ void gemm_bf16_mxfp4_neon(int64_t m, int64_t n, int64_t k, const uint16_t* a, in
                           int64_t ldb, const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc);
 bool gemm_bf16_mxfp4_takes_neon(int64_t m);
 
-// gemm_dotprod.cpp. Also i8mm's m == 1 (decode) path: a single row of a
-// would leave half of every 2x2 SMMLA tile unused.
+// gemm_dotprod.cpp. Also i8mm's m == 1 (decode) path for b in rows: a
+// single row of a would leave half of every 2x2 SMMLA tile unused.
 void gemm_s8_dotprod(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
                      const float* a_scale, const int8_t* b, int64_t ldb, const float* b_scale,
                      const int32_t* b_sum, float* c, int64_t ldc);

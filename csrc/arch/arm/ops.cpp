@@ -27,5 +27,5 @@ at::Tensor moe_xarch::fused_experts_cpu(
 }
 
 at::Tensor moe_xarch::convert_weight_packed(const at::Tensor& weight, int64_t moe_comp_method) {
-  return pack_weights(weight, moe_comp_method, kArch, active_kernels().reads_tiles());
+  return pack_weights(weight, moe_comp_method, kArch, active_kernels().tiles);
 }

@@ -481,6 +481,7 @@ constexpr KernelSet kKernels = [] {
   KernelSet set = avx512::with_four_bit(row_kernels::compiled_here(
       {avx512::gemm_f32, gemm_bf16, avx512::gemm_s8, fp8_to_bf16, avx512::fp8_to_f32, gemm_bf16_fp8,
        gemm_bf16_fp8_takes}));
+  set.tiles = PackLayout::kTiles16;
   set.gemm_bf16_tiles = gemm_bf16_tiles;
   set.gemm_s8_tiles = gemm_s8_tiles;
   set.gemm_bf16_fp8_tiles = gemm_bf16_fp8_tiles;
