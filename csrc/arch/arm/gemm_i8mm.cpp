@@ -353,8 +353,11 @@ MOE_ARM_TILE void w4a8_mmla_tile(const W4A8Call& w, const int8_t* pairs, int64_t
       MOE_ARM_UNROLL for (int q = 0; q < CP; ++q) dot[r][q] = vdupq_n_s32(0);
     }
     for (int64_t p = g * w.group; p < (g + 1) * w.group; p += kW4A8Chunk) {
-      int8x16x4_t va[RP];
-      MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) va[r] = vld1q_s8_x4(pa[r] + p * 2);
+      // Four loads, not one vld1q_s8_x4: its register quad made GCC copy it.
+      int8x16_t va[RP][4];
+      MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
+        MOE_ARM_UNROLL for (int h = 0; h < 4; ++h) va[r][h] = vld1q_s8(pa[r] + p * 2 + 16 * h);
+      }
       MOE_ARM_UNROLL for (int q = 0; q < CP; ++q) {
         const uint8x16_t x = vld1q_u8(pb[2 * q] + p / 2), y = vld1q_u8(pb[2 * q + 1] + p / 2);
         const uint8x16_t first = zip_lo(x, y), second = zip_hi(x, y);
@@ -363,7 +366,7 @@ MOE_ARM_TILE void w4a8_mmla_tile(const W4A8Call& w, const int8_t* pairs, int64_t
                                  vreinterpretq_s8_u8(vshrq_n_u8(first, 4)),
                                  vreinterpretq_s8_u8(vshrq_n_u8(second, 4))};
         MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
-          MOE_ARM_UNROLL for (int h = 0; h < 4; ++h) dot[r][q] = vmmlaq_s32(dot[r][q], va[r].val[h], vb[h]);
+          MOE_ARM_UNROLL for (int h = 0; h < 4; ++h) dot[r][q] = vmmlaq_s32(dot[r][q], va[r][h], vb[h]);
         }
       }
     }
