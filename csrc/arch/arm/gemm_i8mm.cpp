@@ -150,12 +150,13 @@ MOE_ARM_ROWS_PASS const uint8_t* mmla_pairs(int64_t m, int64_t k, const typename
 // Requires k >= kW.
 template <class Ops, int C>
 struct RowsOfB {
+  using T = typename Ops::T;
   static constexpr bool kOperandsAsLoaded = false;
-  static constexpr int64_t kSize = static_cast<int64_t>(sizeof(typename Ops::T));
+  static constexpr int64_t kSize = static_cast<int64_t>(sizeof(T));
   const uint8_t* rows[C];
   int64_t k;
 
-  RowsOfB(const typename Ops::T* b, int64_t ldb, int64_t nv, int64_t k_) : k(k_) {
+  RowsOfB(const T* b, int64_t ldb, int64_t nv, int64_t k_) : k(k_) {
     MOE_ARM_UNROLL for (int j = 0; j < C; ++j) {
       rows[j] = reinterpret_cast<const uint8_t*>(b + min_i64(j, nv - 1) * ldb);
     }
