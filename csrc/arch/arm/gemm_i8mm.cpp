@@ -242,9 +242,10 @@ MOE_ARM_TILE void mmla_tile(int64_t k, const uint8_t* pairs, int64_t steps, cons
     }
   }
   b.for_each_step([&](int64_t s, auto operands) MOE_ARM_ALWAYS_INLINE {
-    if constexpr (RP > 1 && B<Ops, C>::kOperandsAsLoaded) {
+    if constexpr (RP > 1 && CP <= 4 && B<Ops, C>::kOperandsAsLoaded) {
       // The step's b operands first, then a row pair at a time: in the other
       // order GCC copied a BFMMLA accumulator to another register and back.
+      // Wider tiles' operands would not fit in registers beside the accumulators.
       uint8x16x2_t v[CP];
       MOE_ARM_UNROLL for (int j = 0; j < CP; ++j) v[j] = operands(j);
       MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
