@@ -120,7 +120,7 @@ def shellcheck(session: nox.Session) -> None:
     session.run("shellcheck", ".ci/run", *map(str, Path("docker").glob("*.sh")), external=True)
 
 
-# --- Publishing and CI (harness/publish.py, records.py, index.py, gha.py; tests in tests/publish) ---
+# --- Publishing and CI (harness/publish.py, gate.py, records.py, index.py, gha.py; tests in tests/publish) ---
 
 
 @nox.session(default=False)
@@ -130,6 +130,12 @@ def publish(session: nox.Session) -> None:
 
     session.install(*publish.requirements(session.posargs))
     session.run("python", "-m", "harness.publish", *session.posargs)
+
+
+@nox.session(python=False, default=False)
+def records(session: nox.Session) -> None:
+    """The test records: `-- add FILE...` checks records made elsewhere (same wheel bytes, intact) and adds them; `-- show`."""
+    session.run(sys.executable, "-m", "harness.records", *(session.posargs or ["show"]))
 
 
 @nox.session(name="test-publish", default=False)

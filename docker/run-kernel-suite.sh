@@ -1,9 +1,11 @@
 #!/bin/bash
-# Runs inside a test container: installs the built wheel (never the source
-# tree) and runs the kernel suite. Usage: run-kernel-suite.sh WHEEL REPORT_DIR [PYTEST_ARGS...]
-# REPORT_DIR gets junit.xml, pytest.log (the suite's output, where the summary
-# finds a crashed worker's signal) and whatever the tests write there: isa.txt,
-# the kernel path moe_xarch selects under this CPU (tests/kernels/conftest.py).
+# Runs in a test container, or natively in the venv of harness/prove.py: installs
+# the built wheel (never the source tree) and runs the kernel suite.
+# Usage: run-kernel-suite.sh WHEEL REPORT_DIR [PYTEST_ARGS...]
+# REPORT_DIR gets environment.json (environment.py), junit.xml, pytest.log (the
+# suite's output, where the summary finds a crashed worker's signal) and whatever
+# the tests write there: isa.txt, the kernel path moe_xarch selects under this CPU
+# (tests/kernels/conftest.py).
 set -euo pipefail
 
 wheel=$1
@@ -13,6 +15,8 @@ shift 2
 python -m pip install --quiet --no-index --no-deps "$wheel"
 # --no-deps keeps the image's torch; pip check still fails on a wrong torch pin.
 python -m pip check
+# For the test record: the levels the library carries, torch, the OS, the CPU.
+python "$(dirname "$0")/environment.py" moe_xarch "$report_dir/environment.json"
 export MOE_XARCH_REPORT_DIR=$report_dir
 # A crashed process under QEMU would otherwise write a core of the emulated guest.
 ulimit -c 0

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from harness import build, builders, console, containers, host, images, suite, summary, verdict
+from harness import build, builders, console, containers, host, images, ladders, suite, summary, verdict
 from harness.errors import HarnessError
 from harness.paths import DOCKER, IMAGE_CONTEXTS, PYPROJECT, REPO, REPORTS, WHEEL_CACHE, WHEELHOUSE
 from harness.records import record_tested
@@ -41,6 +41,7 @@ def parse_posargs(posargs: Sequence[str]) -> Options:
 def _targets(arches: list[str]) -> list[Target]:
     targets = load_targets()
     builders.check_table(targets)
+    ladders.check_table(targets, ladders.declared_ladders())
     return select(targets, arches)
 
 
@@ -82,7 +83,7 @@ def _test(target: Target, builder: str, wheel: Path, pytest_args: list[str],
             steps=steps, pytest_args=pytest_args, stage=stage, on_run=on_run,
         )
     if stage == "full":
-        record_tested(target, wheel, records, REPORTS)  # what publish may upload
+        record_tested(target, builder, wheel, records, REPORTS)  # what publish may upload
     return records
 
 

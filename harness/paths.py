@@ -10,6 +10,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = REPO / "pyproject.toml"  # the target table, [tool.cibuildwheel], allowed differences
+PACKAGE_SOURCES = REPO / "package"  # the Python package's sources, package/<name>/
 DOCKER = REPO / "docker"  # the images' Dockerfiles, scripts and pinned requirements
 
 WHEELHOUSE = REPO / "wheelhouse"  # one tested-to-be wheel per target, and the sdist

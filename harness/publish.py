@@ -1,8 +1,8 @@
 """Publishing: from tested wheels to an index, all or nothing.
 
 `nox -s publish` uploads one wheel per target of the table and the sdist, and
-only files that the test sessions recorded as passing (harness/records.py). The
-destination and what it holds are the index client's (harness/index.py).
+only wheels whose every level a passing run proved (harness/gate.py, from the
+records of harness/records.py). The destination and what it holds are the index client's (harness/index.py).
 
 Before uploading, the index is asked which files it already has: a file with
 the same bytes is skipped (so a re-run after a half-failed upload finishes the
@@ -33,7 +33,8 @@ from harness.errors import HarnessError, PublishError, writing
 from harness.index import Destination, destination, index_files
 from harness.paths import PYPROJECT, REPO, REPORTS, WHEELHOUSE
 from harness.project import NAME, PACKAGE
-from harness.records import load_manifest, same_tests_problems, sha256, test_problems
+from harness import gate
+from harness.records import load_records, sha256
 from harness.targets import Target, load_targets
 from harness.tools import backend_requirements
 from harness.verdict import Allowed, load_allowed
@@ -75,11 +76,15 @@ def torch_pin_problem(wheel: Path, target: Target) -> str | None:
     return None
 
 
-def collect(targets: Mapping[str, Target], wheelhouse: Path, manifest: Mapping[str, Any],
-            allow_local_version: bool = False, allowed: Sequence[Allowed] = ()) -> list[Artifact]:
-    """The wheels and sdist to publish, or PublishError listing every reason not to."""
+def collect(targets: Mapping[str, Target], wheelhouse: Path, records: Sequence[Mapping[str, Any]],
+            allow_local_version: bool = False, allowed: Sequence[Allowed] = (),
+            untested: Mapping[str, str] | None = None) -> list[Artifact]:
+    """The wheels and sdist to publish, or PublishError listing every reason not to.
+    ``untested``: level -> why it may ship without a passing run."""
+    untested = untested or {}
     problems: list[str] = []
-    tested: dict[str, Mapping[str, Any]] = {}
+    tested: list[Mapping[str, Any]] = []
+    shipped: set[str] = set()
     artifacts: list[Artifact] = []
     wheels = sorted(wheelhouse.glob("*.whl")) if wheelhouse.is_dir() else []
     claimed: set[Path] = set()
@@ -96,14 +101,16 @@ def collect(targets: Mapping[str, Target], wheelhouse: Path, manifest: Mapping[s
         digest = sha256(wheel)
         if pin := torch_pin_problem(wheel, target):
             problems.append(f"{arch}: {pin}")
-        entry = manifest.get("wheels", {}).get(digest)
-        failed = test_problems(target, entry)
-        if failed:
+        mine = gate.of_wheel(records, digest)
+        shipped.update(gate.shipped(mine))
+        if failed := gate.problems(target, mine, untested):
             problems.append(f"{arch}: {wheel.name} (sha256 {digest[:12]}…) is not tested: " + "; ".join(failed))
         else:
-            tested[arch] = entry
+            tested += mine
         artifacts.append(Artifact(wheel, digest, str(parse_wheel_filename(wheel.name)[1]), arch))
-    problems += same_tests_problems(tested, allowed)
+    problems += gate.same_tests_problems(tested, allowed)
+    problems += [f"--allow-untested-level {level}: no wheel ships that level (they ship: "
+                 f"{', '.join(sorted(shipped)) or 'none recorded'})" for level in untested if level not in shipped]
     problems += [f"{w.name}: a wheel of no target in the table" for w in wheels if w not in claimed]
     sdists = sorted(wheelhouse.glob(f"{PACKAGE}-*.tar.gz")) if wheelhouse.is_dir() else []
     if len(sdists) != 1:
@@ -303,19 +310,29 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="publish a local version (X.Y.devN+gHASH) to a private index that takes one")
     parser.add_argument("--sdist-only", action="store_true",
                         help="build the tree's sdist into the wheelhouse and check it (CI hands it to publish)")
+    parser.add_argument("--allow-untested-level", action="append", default=[], metavar="LEVEL",
+                        help="let a wheel ship LEVEL without a passing run (repeatable; needs --reason)")
+    parser.add_argument("--reason", action="append", default=[],
+                        help="why: one for all the levels, or one each; printed and kept in reports/untested/")
     parser.add_argument("--wheelhouse", type=Path, default=WHEELHOUSE)
     parser.add_argument("--reports", type=Path, default=REPORTS)
     parser.add_argument("--pyproject", type=Path, default=PYPROJECT)
     return parser.parse_args(list(argv))
 
 
-def _table(artifacts: Iterable[Artifact], manifest: Mapping[str, Any], actions: Mapping[str, str]) -> str:
-    lines = []
-    for a in artifacts:
-        entry = manifest.get("wheels", {}).get(a.sha256)
-        tested = ", ".join(f"{r['cpu']}/{r['isa']}" for r in entry["runs"] if r["result"] == "passed") if entry else "-"
-        lines.append(f"  {actions.get(a.name, ''):<22} {a.name}\n      sha256 {a.sha256}  tested: {tested}")
-    return "\n".join(lines)
+def _table(artifacts: Iterable[Artifact], actions: Mapping[str, str]) -> str:
+    return "\n".join(f"  {actions.get(a.name, ''):<22} {a.name}\n      sha256 {a.sha256}" for a in artifacts)
+
+
+def _levels(targets: Mapping[str, Target], artifacts: Sequence[Artifact], records: Sequence[Mapping[str, Any]],
+            untested: Mapping[str, str], reports: Path) -> None:
+    """Print which machine proved each level; keep the levels let through unproven."""
+    rows = [row for a in artifacts if a.arch
+            for row in gate.levels(targets[a.arch], gate.of_wheel(records, a.sha256), untested)]
+    print("every level shipped, and what proved it:\n" + gate.table(rows), flush=True)
+    if used := [row for row in rows if not row.proven_by]:
+        kept = gate.keep_untested(used, {a.arch: a.sha256 for a in artifacts if a.arch}, reports)
+        print(f"untested levels let through, kept in {', '.join(map(str, kept))}", flush=True)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -329,27 +346,29 @@ def main(argv: Sequence[str]) -> None:
         return
     targets = load_targets(args.pyproject)
     ensure_sdist(sys.executable, args.wheelhouse)
-    manifest = load_manifest(args.reports)
-    artifacts = collect(targets, args.wheelhouse, manifest, args.allow_local_version,
-                        load_allowed(args.pyproject, targets))
+    untested = gate.untested_levels(args.allow_untested_level, args.reason)
+    records = load_records(args.reports)
+    artifacts = collect(targets, args.wheelhouse, records, args.allow_local_version,
+                        load_allowed(args.pyproject, targets), untested)
     sdist = next(a for a in artifacts if not a.arch)
     if problems := sdist_problems(sdist.path):
         raise PublishError("Refusing to publish: " + "; ".join(problems))
     twine_check(twine, artifacts)
+    _levels(targets, artifacts, records, untested, args.reports)
     if args.check_only:
-        print("ready to publish:\n" + _table(artifacts, manifest, {}), flush=True)
+        print("ready to publish:\n" + _table(artifacts, {}), flush=True)
         return
     try:
         dest = destination(env)
     except PublishError:
         if args.dry_run:
-            print("would publish, once a destination is set:\n" + _table(artifacts, manifest, {}), flush=True)
+            print("would publish, once a destination is set:\n" + _table(artifacts, {}), flush=True)
         raise
     plan = make_plan(artifacts, index_files(dest))
     actions = {a.name: "upload" for a in plan.upload} | {a.name: "skip (already there)" for a in plan.present}
     header = "would publish" if args.dry_run else "publishing"
     print(f"{header} version {artifacts[0].version} to {dest.describe()}\n"
-          f"credentials: {dest.credentials_source(env)}\n" + _table(artifacts, manifest, actions), flush=True)
+          f"credentials: {dest.credentials_source(env)}\n" + _table(artifacts, actions), flush=True)
     if args.dry_run:
         print("dry run: nothing uploaded", flush=True)
         return

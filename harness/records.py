@@ -1,15 +1,20 @@
-"""The test records: which exact wheel passed which runs.
+"""The test records: which exact wheel passed which runs, where.
 
-Written by the test flow after each target's full suite (harness/flows.py),
-read by publish (harness/publish.py), which uploads only wheels with a passing
-record. One file per architecture, reports/manifest-<arch>.json, so that CI
-jobs of different architectures hand theirs over side by side:
+A record is what one test session (or harness/prove.py, on any machine) found for
+one wheel: reports/records/<arch>-<sha256>-<producer>-<cpu>.json, read by the
+publish gate (harness/gate.py). Records made elsewhere join this checkout's with
+`nox -s records -- add FILE...`, which checks them on the way in.
 
-    {"wheels": {"<sha256 of the wheel>": {"file": ..., "arch": ..., "torch": ...,
-                "runs": [{"cpu", "isa", "isa_reported", "passed", "failed", "skipped",
-                          "result", "tests": {test ID: outcome}}, ...]}}}
+    {"format": FORMAT, "wheel": {"file", "sha256"}, "arch", "builder", "producer",
+     "levels": [every level the library carries, as it reported them (docker/environment.py)],
+     "where": {"runner", "cpu", "cpu_flags", "os", "compiler", "python", "torch"},
+     "runs": [{"cpu", "isa", "isa_reported", "passed", "failed", "skipped", "result",
+               "tests": {test ID: outcome}, "scopes": {test ID: scope}, "kernels"}, ...],
+     "digest": sha256 of the rest}
 
-Keyed by sha256, so a rebuilt wheel has no record until it is tested.
+The digest is written by the run that made the record: an outcome, a level or a
+wheel edited afterwards no longer matches it. It catches edits, not forgery: anyone
+can compute it, so a record is as trustworthy as where it came from.
 """
 
 from __future__ import annotations
@@ -17,17 +22,30 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import sys
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.errors import writing
-from harness.paths import REPORTS
+from harness.build import wheel_matches
+from harness.errors import HarnessError, writing
+from harness.paths import REPORTS, WHEELHOUSE
+from harness.project import NAME
 from harness.suite import RunRecord
 from harness.summary import judge
-from harness.targets import ARCHES, Target
-from harness.verdict import EVERY_RUN, Allowed, Outcome, RunId, compare, read_junit
+from harness.targets import Target
+from harness.verdict import EVERY_RUN, read_junit
+
+FORMAT = f"{NAME}-test-record/1"
+KEYS = ("format", "wheel", "arch", "builder", "producer", "levels", "where", "runs", "digest")
+# What a run writes beside its JUnit report (docker/run-kernel-suite.sh).
+ENVIRONMENT = "environment.json"
+
+
+class RecordError(HarnessError):
+    """A record refused: the message names the file and what is wrong with it."""
 
 
 def sha256(path: Path) -> str:
@@ -54,79 +72,157 @@ def write_json_atomically(path: Path, data: object, rerun: str) -> None:
             incoming.unlink(missing_ok=True)
 
 
-def manifest_path(reports: Path, arch: str) -> Path:
-    return reports / f"manifest-{arch}.json"
+def records_dir(reports: Path) -> Path:
+    return reports / "records"
 
 
-def load_manifest(reports: Path = REPORTS) -> dict[str, Any]:
-    """Every test record in reports/, the architectures' files merged."""
-    merged: dict[str, Any] = {"wheels": {}}
-    for path in sorted(reports.glob("manifest*.json")):
-        merged["wheels"].update(json.loads(path.read_text()).get("wheels", {}))
-    return merged
+def content_digest(record: Mapping[str, Any]) -> str:
+    content = {key: value for key, value in record.items() if key != "digest"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def record_tested(target: Target, wheel: Path, records: Sequence[RunRecord], reports: Path = REPORTS) -> Path:
-    """Record a target's test runs against the exact wheel they installed, each run
-    judged as the summary judges it, so that both agree."""
-    runs = []
-    for record in records:
-        row = judge(record)
-        junit = Path(record.report_dir) / "junit.xml" if record.report_dir else None
-        tests = read_junit(junit) if junit and junit.is_file() else {}
-        runs.append(
-            {"cpu": record.cpu, "isa": record.isa, "isa_reported": record.isa_reported,
-             "passed": row.counts.passed, "failed": row.counts.failures,
-             "skipped": row.counts.skipped, "result": row.result,
-             # what publish compares across the architectures (same_tests_problems)
-             "tests": {test: outcome.outcome for test, outcome in tests.items()},
-             # which runs must run each test (harness/verdict.py designated), where not every run
-             "scopes": {test: outcome.scope for test, outcome in tests.items() if outcome.scope != EVERY_RUN}}
-        )
-    path = manifest_path(reports, target.arch)
-    manifest = json.loads(path.read_text()) if path.exists() else {"wheels": {}}
-    manifest["wheels"][sha256(wheel)] = {
-        "file": wheel.name, "arch": target.arch, "torch": target.torch, "runs": runs,
+def seal(content: Mapping[str, Any]) -> dict[str, Any]:
+    """The record with its digest."""
+    return {"format": FORMAT, **content, "digest": content_digest({"format": FORMAT, **content})}
+
+
+def _run_entry(record: RunRecord) -> dict[str, Any]:
+    """A run judged as the summary judges it, so that both agree."""
+    row = judge(record)
+    junit = Path(record.report_dir) / "junit.xml" if record.report_dir else None
+    tests = read_junit(junit) if junit and junit.is_file() else {}
+    return {
+        "cpu": record.cpu, "isa": record.isa, "isa_reported": record.isa_reported,
+        "passed": row.counts.passed, "failed": row.counts.failures, "skipped": row.counts.skipped,
+        "result": row.result,
+        # what the gate compares across machines and architectures (harness/gate.py)
+        "tests": {test: outcome.outcome for test, outcome in tests.items()},
+        # which runs must run each test (harness/verdict.py designated), where not every run
+        "scopes": {test: outcome.scope for test, outcome in tests.items() if outcome.scope != EVERY_RUN},
+        "kernels": row.kernels or {},
     }
-    write_json_atomically(path, manifest, f"nox -s {target.test_session}")
+
+
+def _environment(records: Sequence[RunRecord]) -> dict[str, Any]:
+    """What the first run that got as far as installing the wheel said of its environment."""
+    for record in records:
+        path = Path(record.report_dir) / ENVIRONMENT if record.report_dir else None
+        if path and path.is_file():
+            return json.loads(path.read_text())
+    return {}
+
+
+def make_record(wheel: Path, arch: str, runner: str, builder: str, producer: str,
+                runs: Sequence[RunRecord]) -> dict[str, Any]:
+    """The sealed record of a wheel's runs (in plan order) on this machine."""
+    environment = _environment(runs)
+    where = {key: environment.get(key, "unknown") for key in ("cpu", "os", "compiler", "python", "torch")}
+    return seal({
+        "wheel": {"file": wheel.name, "sha256": sha256(wheel)},
+        "arch": arch, "builder": builder, "producer": producer,
+        "levels": environment.get("levels", []),
+        "where": {"runner": runner, **where, "cpu_flags": environment.get("cpu_flags", [])},
+        "runs": [_run_entry(run) for run in runs],
+    })
+
+
+def record_name(record: Mapping[str, Any]) -> str:
+    """One file per wheel, producer and CPU: a new run there replaces the last one."""
+    cpu = re.sub(r"[^a-z0-9]+", "-", str(record["where"]["cpu"]).lower()).strip("-") or "unknown"
+    return f"{record['arch']}-{record['wheel']['sha256'][:12]}-{record['producer']}-{cpu}.json"
+
+
+def store(record: Mapping[str, Any], reports: Path, rerun: str) -> Path:
+    path = records_dir(reports) / record_name(record)
+    write_json_atomically(path, record, rerun)
     return path
 
 
-def test_problems(target: Target, entry: Mapping[str, Any] | None) -> list[str]:
-    """Why a manifest entry is not a passing test record for the target (empty: it is)."""
-    if entry is None:
-        return [f"no test record for this exact file (nox -s {target.test_session} tests it)"]
-    runs = entry.get("runs", [])
-    problems = [f"{run['cpu']}/{run['isa']}: {run['result']}" for run in runs
-                if run["result"].startswith("FAILED")]
-    passed = {(run["cpu"], run["isa"]) for run in runs if run["result"] == "passed"}
-    if target.runner == "qemu":
-        problems += [f"CPU model {model.name} ({model.isa}) was not tested"
-                     for model in target.cpu_models if (model.name, model.isa) not in passed]
-    else:
-        ran = {run["isa"] for run in runs}
-        problems += [f"ISA level {level} has no record" for level in target.isa_levels if level not in ran]
-    if not passed:
-        problems.append("no run passed")
-    return problems
+def record_tested(target: Target, builder: str, wheel: Path, runs: Sequence[RunRecord],
+                  reports: Path = REPORTS) -> Path:
+    """The test flow's record of a target's full suites, in reports/records/."""
+    session = target.test_session
+    return store(make_record(wheel, target.arch, target.runner, builder, session, runs), reports,
+                 f"nox -s {session}")
 
 
-def same_tests_problems(entries: Mapping[str, Mapping[str, Any]], allowed: Sequence[Allowed]) -> list[str]:
-    """The recorded runs of the wheels to publish (arch -> manifest entry) must have run
-    the same tests, as the matrix verdict requires: test sessions run one arch at a time."""
-    runs: dict[RunId, dict[str, Outcome]] = {}
-    problems = []
-    for arch, entry in entries.items():
-        # Only runs that ran: a level this CPU lacks has no tests, and a failed run is
-        # refused by test_problems already.
-        for run in (run for run in entry.get("runs", []) if run["result"] == "passed"):
-            if "tests" not in run:
-                problems.append(f"{arch} {run['cpu']}/{run['isa']}: recorded without its test IDs "
-                                f"(test it again: nox -s {ARCHES[arch].test_session})")
-                continue
-            scopes = run.get("scopes", {})
-            runs[RunId(arch, "", run["cpu"], run["isa"])] = {
-                test: Outcome(outcome, scope=scopes.get(test, EVERY_RUN)) for test, outcome in run["tests"].items()}
-    if runs and not problems:
-        problems += [f"not the same tests: {drift}" for drift in compare(runs, allowed).drifts]
-    return problems
+def check(data: object, source: str) -> dict[str, Any]:
+    """The record, if it is one of this format whose content is as its run wrote it."""
+    if not isinstance(data, dict):
+        raise RecordError(f"{source}: not a test record (a JSON object of {FORMAT})")
+    if data.get("format") != FORMAT:
+        raise RecordError(f"{source}: unknown record format {data.get('format')!r}; this checkout reads {FORMAT}")
+    if missing := [key for key in KEYS if key not in data]:
+        raise RecordError(f"{source}: not a whole record, it lacks {', '.join(missing)}")
+    if data["digest"] != content_digest(data):
+        raise RecordError(f"{source}: its content does not match its digest: edited after the run that made it "
+                          "(an outcome, a level, the wheel?); make it again where it was made")
+    return data
+
+
+def read(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise RecordError(f"{path}: not a readable test record ({error})") from None
+    return check(data, str(path))
+
+
+def load_records(reports: Path = REPORTS) -> list[dict[str, Any]]:
+    """Every record in reports/records/, each checked."""
+    directory = records_dir(reports)
+    return [read(path) for path in sorted(directory.glob("*.json"))] if directory.is_dir() else []
+
+
+def add(files: Sequence[Path], wheelhouse: Path = WHEELHOUSE, reports: Path = REPORTS) -> list[Path]:
+    """Records made elsewhere, of the very bytes of a wheel in wheelhouse/, join
+    reports/records/; one refused refuses them all, each problem named."""
+    wheels = sorted(wheelhouse.glob("*.whl")) if wheelhouse.is_dir() else []
+    accepted, problems = [], []
+    for path in files:
+        try:
+            record = read(path)
+        except RecordError as error:
+            problems.append(str(error))
+            continue
+        arch, tested = record["arch"], record["wheel"]
+        ours = [wheel for wheel in wheels if wheel_matches(wheel.name, arch)]
+        if not ours:
+            problems.append(f"{path}: tested {tested['file']}, and {wheelhouse}/ has no {arch} wheel to check "
+                            "it against (put the wheel that was tested there)")
+        elif tested["sha256"] not in (digests := {sha256(wheel): wheel for wheel in ours}):
+            here = ", ".join(f"{wheel.name} (sha256 {digest[:12]}…)" for digest, wheel in digests.items())
+            problems.append(f"{path}: tested {tested['file']} with sha256 {tested['sha256'][:12]}…, other bytes "
+                            f"than {here}: a record proves only the bytes it tested")
+        else:
+            accepted.append(record)
+    if problems:
+        raise RecordError("refusing to add the records; nothing was added:\n  " + "\n  ".join(problems))
+    return [store(record, reports, "nox -s records -- add") for record in accepted]
+
+
+def main(argv: Sequence[str]) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="nox -s records --", description="the test records in reports/records/")
+    parser.add_argument("--wheelhouse", type=Path, default=WHEELHOUSE)
+    parser.add_argument("--reports", type=Path, default=REPORTS)
+    commands = parser.add_subparsers(dest="command", required=True)
+    adding = commands.add_parser("add", help="check records made elsewhere and add them")
+    adding.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    commands.add_parser("show", help="which machine proved each level of the wheels in the wheelhouse")
+    args = parser.parse_args(list(argv))
+    if args.command == "add":
+        for path in add(args.files, args.wheelhouse, args.reports):
+            print(f"added {path}", flush=True)
+    from harness.gate import levels_table
+
+    print(levels_table(args.wheelhouse, args.reports), flush=True)
+
+
+if __name__ == "__main__":  # what nox -s records runs
+    try:
+        main(sys.argv[1:])
+    except HarnessError as error:
+        print(f"records: {error}", file=sys.stderr, flush=True)
+        sys.exit(1)

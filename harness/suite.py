@@ -88,6 +88,7 @@ def _mounts(repo: Path, wheel: Path) -> list[str]:
         # the file, not wheelhouse/: a wheel replaced there meanwhile does not change under the run
         f"--volume={wheel}:/wheelhouse/{wheel.name}:ro",
         f"--volume={DOCKER / 'run-kernel-suite.sh'}:/harness/run-kernel-suite.sh:ro",
+        f"--volume={DOCKER / 'environment.py'}:/harness/environment.py:ro",
     ]
 
 
@@ -159,6 +160,25 @@ def verb(stage: str) -> str:
     return "test" if stage == "full" else stage
 
 
+def record_run(run: SuiteRun, builder: str, command: list[str], report_dir: Path, *, stage: str = "full",
+               env: dict[str, str] | None = None, cwd: Path | None = None) -> RunRecord:
+    """Run one run's command (the suite's script, in a container or not), and its record
+    from what it left in report_dir (which exists), also written there as run.json."""
+    start = time.monotonic()
+    exit_code = console.run_streamed(
+        command, f"{verb(stage)} {run.name}", env=env, cwd=cwd, check=False,
+        timeout=RUN_TIMEOUT_SECONDS if stage == "full" else CANARY_TIMEOUT_SECONDS,
+    )
+    isa_file = report_dir / "isa.txt"
+    record = RunRecord(
+        run.target.arch, run.target.runner, run.cpu, run.isa,
+        isa_file.read_text().strip() if isa_file.exists() else "",
+        exit_code, time.monotonic() - start, str(report_dir), builder=builder, stage=stage,
+    )
+    (report_dir / "run.json").write_text(json.dumps(dataclasses.asdict(record), indent=2) + "\n")
+    return record
+
+
 def run_once(
     run: SuiteRun,
     builder: str,
@@ -170,27 +190,14 @@ def run_once(
     pytest_args: list[str],
     stage: str = "full",
 ) -> RunRecord:
-    """One run in a container of its own, its reports in report_dir (which exists):
-    its record, also written there as run.json."""
+    """One run in a container of its own, its reports in report_dir (which exists)."""
     name = containers.container_name("test", run.name)
     command = docker_run_command(run, image=test_image, wheel=wheel, repo=repo, report_dir=report_dir,
                                  name=name, pytest_args=pytest_args)
-    start = time.monotonic()
     try:
-        exit_code = console.run_streamed(
-            command, f"{verb(stage)} {run.name}", check=False,
-            timeout=RUN_TIMEOUT_SECONDS if stage == "full" else CANARY_TIMEOUT_SECONDS,
-        )
+        return record_run(run, builder, command, report_dir, stage=stage)
     finally:
         containers.remove(name)
-    isa_file = report_dir / "isa.txt"
-    record = RunRecord(
-        run.target.arch, run.target.runner, run.cpu, run.isa,
-        isa_file.read_text().strip() if isa_file.exists() else "",
-        exit_code, time.monotonic() - start, str(report_dir), builder=builder, stage=stage,
-    )
-    (report_dir / "run.json").write_text(json.dumps(dataclasses.asdict(record), indent=2) + "\n")
-    return record
 
 
 def run_suite(

@@ -86,6 +86,8 @@ class Target:
     isa_levels: tuple[str, ...] = ()  # native: every level to test where supported
     cpu_models: tuple[CpuModel, ...] = ()  # qemu: one test run per model
     builders: tuple[str, ...] = ("cibuildwheel",)  # names in harness/builders.py, in order of preference
+    # levels no run of the table selects, each with where its record comes from (harness/ladders.py)
+    proven_elsewhere: tuple[tuple[str, str], ...] = ()
 
     @property
     def cross_triplet(self) -> str:
@@ -129,6 +131,7 @@ _KEYS: dict[str, tuple[str, type, bool]] = {
     "cpu-models": ("cpu_models", dict, False),
     "qemu-cpu-options": ("qemu_cpu_options", dict, False),
     "builders": ("builders", list, False),
+    "proven-elsewhere": ("proven_elsewhere", dict, False),
 }
 
 
@@ -213,6 +216,10 @@ def _parse_target(arch: str, row: Mapping[str, Any]) -> Target:
     fields["cpu_models"] = cpu_models
     if "builders" in fields:
         fields["builders"] = tuple(fields["builders"])
+    elsewhere = fields.get("proven_elsewhere", {})
+    if not all(isinstance(why, str) and why.strip() for why in elsewhere.values()):
+        raise TableError(f"{where}: proven-elsewhere values must say where each level's record comes from")
+    fields["proven_elsewhere"] = tuple(elsewhere.items())
     return Target(**fields)
 
 

@@ -341,7 +341,7 @@ def test_a_damaged_wheel_before_publish_is_refused_by_name(release, damage):
     assert line.endswith(f"{BUILD_AGAIN}, which replaces it, then publish again")
     wheel.write_bytes(good)  # what nox -s build puts back from its kept wheel
     targets = load_targets(REPO / "pyproject.toml")
-    assert len(publish.collect(targets, wheelhouse, records.load_manifest(reports))) == 3
+    assert len(publish.collect(targets, wheelhouse, records.load_records(reports))) == 3
 
 
 def test_a_truncated_sdist_before_publish_is_refused_by_name(release):
@@ -363,13 +363,12 @@ def test_a_missing_wheelhouse_before_publish_says_what_to_build(tmp_path):
     assert "x86_64: expected exactly one wheel in wheelhouse/, found none (nox -s build -- --arch x86_64)" in result.stderr
 
 
-def test_a_full_reports_directory_leaves_no_half_manifest(mount):
-    reports = mount("64k")
+def test_a_full_reports_directory_leaves_no_half_record(mount):
+    directory = records.records_dir(mount("64k"))
     with pytest.raises(HarnessError) as error:
-        records.write_json_atomically(reports / "manifest-x86_64.json", {"x": "y" * (1 << 20)},
-                                       "nox -s test-x86_64")
-    one_message(error, str(reports), "the file system is full", "nox -s test-x86_64 again")
-    assert list(reports.iterdir()) == []
+        records.write_json_atomically(directory / "x86_64.json", {"x": "y" * (1 << 20)}, "nox -s test-x86_64")
+    one_message(error, str(directory), "the file system is full", "nox -s test-x86_64 again")
+    assert list(directory.iterdir()) == []
 
 
 # --- the download closure of an image ---------------------------------------------------------

@@ -47,10 +47,10 @@ def pytest_sessionfinish(session):
         with open(os.path.join(report_dir, f"kernel-use-{os.getpid()}.json"), "w") as file:
             json.dump({"isa": os.environ["SCRATCH_ISA"], "counts": counts}, file)
 '''
-# The container's python, minus the wheel install.
+# The container's python, minus the wheel install and the account of its environment.
 STUB_PYTHON = '''#!/bin/bash
 case "$1 $2" in
-    "-m pip") exit 0 ;;
+    "-m pip" | *"/environment.py "*) exit 0 ;;
 esac
 exec "$REAL_PYTHON" "$@"
 '''

@@ -11,7 +11,6 @@ import base64
 import dataclasses
 import hashlib
 import io
-import json
 import os
 import shutil
 import socket
@@ -31,9 +30,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from harness import records  # noqa: E402
+from harness.ladders import declared_ladders  # noqa: E402
 from harness.targets import load_targets  # noqa: E402
 
 TARGETS = load_targets(REPO / "pyproject.toml")
+LADDERS = declared_ladders()
 USER = "uploader"
 PASSWORD = "s3cret-publish-pw"
 
@@ -182,23 +184,34 @@ SUITE_TESTS = ("tests/kernels/test_a.py::test_one", "tests/kernels/test_a.py::te
 
 
 def passing_runs(arch: str) -> list[dict[str, object]]:
+    """A passing run at every level of the arch: each emulated CPU model's, and for
+    aarch64 the generic level too, which only a native run selects (proven-elsewhere)."""
     target = TARGETS[arch]
-    pairs = ([(m.name, m.isa) for m in target.cpu_models] if target.runner == "qemu"
+    pairs = ([("host", "generic"), *((m.name, m.isa) for m in target.cpu_models)] if target.runner == "qemu"
              else [("host", level) for level in target.isa_levels])
-    return [{"cpu": cpu, "isa": isa, "isa_reported": isa, "passed": 2, "failed": 0,
-             "skipped": 0, "result": "passed", "tests": dict.fromkeys(SUITE_TESTS, "passed")}
+    return [{"cpu": cpu, "isa": isa, "isa_reported": isa, "passed": 2, "failed": 0, "skipped": 0,
+             "result": "passed", "tests": dict.fromkeys(SUITE_TESTS, "passed"), "scopes": {}, "kernels": {}}
             for cpu, isa in pairs]
 
 
+def sealed_record(wheel: Path, arch: str, runs: list | None = None, levels: tuple[str, ...] | None = None,
+                producer: str = "test") -> dict[str, object]:
+    """A sealed record of the wheel's bytes, as a test session writes it."""
+    return records.seal({
+        "wheel": {"file": wheel.name, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()},
+        "arch": arch, "builder": "", "producer": producer,
+        "levels": list(LADDERS[arch] if levels is None else levels),
+        "where": {"runner": TARGETS[arch].runner, "cpu": "Test CPU", "os": "Debian", "compiler": "none",
+                  "python": "3.11", "torch": TARGETS[arch].torch, "cpu_flags": []},
+        "runs": passing_runs(arch) if runs is None else runs,
+    })
+
+
 def write_manifest(reports: Path, wheels: dict[str, Path], runs: dict[str, list] | None = None) -> None:
-    entries = {}
+    """Each wheel's record in reports/records/, in place of any earlier one."""
+    shutil.rmtree(records.records_dir(reports), ignore_errors=True)
     for arch, wheel in wheels.items():
-        entries[hashlib.sha256(wheel.read_bytes()).hexdigest()] = {
-            "file": wheel.name, "arch": arch, "torch": TARGETS[arch].torch,
-            "runs": (runs or {}).get(arch, passing_runs(arch)),
-        }
-    reports.mkdir(parents=True, exist_ok=True)
-    (reports / "manifest.json").write_text(json.dumps({"wheels": entries}, indent=2))
+        records.store(sealed_record(wheel, arch, (runs or {}).get(arch)), reports, "the test")
 
 
 @dataclasses.dataclass

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
-from harness import records, versioning
+from harness import gate, records, versioning
 from tests.publish.support import (
     PASSWORD,
     CuttingProxy,
@@ -24,6 +24,7 @@ from tests.publish.support import (
     passing_runs,
     publish_env,
     run_publish,
+    sealed_record,
     start_index,
     uploader_env,
     write_manifest,
@@ -65,7 +66,9 @@ def test_dry_run_shows_what_would_go_where_and_uploads_nothing(index: Index, rel
         assert path.name in result.stdout
     for digest in _sha(release).values():
         assert digest in result.stdout
-    assert "a64fx/neon" in result.stdout  # the test record of each wheel
+    # which machine proved each level of each wheel
+    assert "| aarch64 | neon | Test CPU (qemu, test) a64fx |" in result.stdout
+    assert "| x86_64 | amx | Test CPU (native, test) host |" in result.stdout
     assert "TWINE_USERNAME/TWINE_PASSWORD from the environment" in result.stdout
     assert PASSWORD not in result.stdout + result.stderr
     assert index.stored() == {}
@@ -154,11 +157,10 @@ def test_untested_or_failed_wheels_are_refused(index: Index, release: Release) -
     assert result.returncode == 1
     assert "aarch64" in result.stderr and "max/i8mm: FAILED: 2 failed" in result.stderr
 
-    manifest = json.loads((release.reports / "manifest.json").read_text())
-    manifest["wheels"] = {k: v for k, v in manifest["wheels"].items() if v["arch"] != "x86_64"}
-    (release.reports / "manifest.json").write_text(json.dumps(manifest))
+    for record in records.records_dir(release.reports).glob("x86_64-*.json"):
+        record.unlink()
     result = run_publish(release, uploader_env(index))
-    assert "no test record for this exact file (nox -s test-x86_64 tests it)" in result.stderr
+    assert "no test record for this exact file (nox -s test-x86_64 tests it, or python -m harness.prove" in result.stderr
     assert index.stored() == {}
 
 
@@ -172,24 +174,27 @@ def test_wheels_whose_runs_ran_other_tests_are_refused(index: Index, release: Re
     result = run_publish(release, uploader_env(index))
     assert result.returncode == 1
     assert f"not the same tests: {skipped}: passed on" in result.stderr
-    assert "skipped on aarch64 (-) CPU a64fx, ISA neon" in result.stderr
+    assert "skipped on aarch64 (Test CPU (qemu, test)) CPU a64fx, ISA neon" in result.stderr
 
-    old_records = {"aarch64": [{k: v for k, v in r.items() if k != "tests"} for r in passing_runs("aarch64")]}
-    write_manifest(release.reports, release.wheels, old_records)
+    old_record = next(records.records_dir(release.reports).glob("aarch64-*.json"))
+    old_record.write_text(json.dumps({"wheels": {}}))  # the format before records carried one
     result = run_publish(release, uploader_env(index))
     assert result.returncode == 1
-    assert "recorded without its test IDs (test it again: nox -s test-arm64)" in result.stderr
+    assert f"{old_record}: unknown record format None; this checkout reads {records.FORMAT}" in result.stderr
     assert index.stored() == {}
 
 
-def test_runs_that_did_not_run_are_not_compared() -> None:
+def test_runs_that_did_not_run_are_not_compared(tmp_path: Path) -> None:
     """A level this CPU lacks records no tests: it is not a run that ran other tests."""
+    wheel = tmp_path / "w.whl"
+    wheel.write_bytes(b"w")
     runs = passing_runs("x86_64")
     runs[-1] = runs[-1] | {"result": "not supported by this CPU", "passed": 0, "tests": {}}
-    entries = {"x86_64": {"runs": runs}, "aarch64": {"runs": passing_runs("aarch64")}}
-    assert records.same_tests_problems(entries, ()) == []
+    release = [sealed_record(wheel, "x86_64", runs), sealed_record(wheel, "aarch64")]
+    assert gate.same_tests_problems(release, ()) == []
     runs[-1] = runs[-1] | {"result": "passed"}
-    assert records.same_tests_problems(entries, ())[0].startswith("not the same tests: tests/kernels/test_a.py")
+    release[0] = sealed_record(wheel, "x86_64", runs)
+    assert gate.same_tests_problems(release, ())[0].startswith("not the same tests: tests/kernels/test_a.py")
 
 
 def test_a_missing_or_extra_wheel_is_refused(index: Index, release: Release) -> None:
