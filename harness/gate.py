@@ -136,10 +136,13 @@ def table(rows: Sequence[Level]) -> str:
 def levels_table(wheelhouse: Path, reports: Path, pyproject: Path | None = None) -> str:
     """The table for every target's wheel in wheelhouse/ (nox -s records)."""
     targets = load_targets(pyproject) if pyproject else load_targets()
+    wheels = sorted(wheelhouse.glob("*.whl")) if wheelhouse.is_dir() else []
+    if not wheels:
+        return f"no wheel in {wheelhouse} (nox -s build makes them)"
     records = load_records(reports)
     rows, lines = [], []
     for arch, target in targets.items():
-        for wheel in sorted(wheelhouse.glob("*.whl")) if wheelhouse.is_dir() else []:
+        for wheel in wheels:
             if wheel_matches(wheel.name, arch):
                 mine = of_wheel(records, sha256(wheel))
                 rows += levels(target, mine, {})

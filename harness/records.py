@@ -19,6 +19,7 @@ can compute it, so a record is as trustworthy as where it came from.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -39,7 +40,11 @@ from harness.targets import Target
 from harness.verdict import EVERY_RUN, read_junit
 
 FORMAT = f"{NAME}-test-record/1"
-KEYS = ("format", "wheel", "arch", "builder", "producer", "levels", "where", "runs", "digest")
+# key -> the type of its value; a run's keys, and those of "wheel" and "where", are read too
+KEYS = {"format": str, "wheel": dict, "arch": str, "builder": str, "producer": str, "levels": list,
+        "where": dict, "runs": list, "digest": str}
+PARTS = {"wheel": ("file", "sha256"), "where": ("runner", "cpu"),
+         "runs": ("cpu", "isa", "result", "tests", "scopes")}
 # What a run writes beside its JUnit report (docker/run-kernel-suite.sh).
 ENVIRONMENT = "environment.json"
 
@@ -154,6 +159,13 @@ def check(data: object, source: str) -> dict[str, Any]:
         raise RecordError(f"{source}: unknown record format {data.get('format')!r}; this checkout reads {FORMAT}")
     if missing := [key for key in KEYS if key not in data]:
         raise RecordError(f"{source}: not a whole record, it lacks {', '.join(missing)}")
+    if wrong := [key for key, kind in KEYS.items() if not isinstance(data[key], kind)]:
+        raise RecordError(f"{source}: not a whole record, {', '.join(wrong)} of the wrong type")
+    for part, keys in PARTS.items():
+        for item in data[part] if part == "runs" else [data[part]]:
+            lacking = [key for key in keys if key not in item] if isinstance(item, dict) else list(keys)
+            if lacking:
+                raise RecordError(f"{source}: not a whole record, {part} without {', '.join(lacking)}")
     if data["digest"] != content_digest(data):
         raise RecordError(f"{source}: its content does not match its digest: edited after the run that made it "
                           "(an outcome, a level, the wheel?); make it again where it was made")
@@ -202,8 +214,6 @@ def add(files: Sequence[Path], wheelhouse: Path = WHEELHOUSE, reports: Path = RE
 
 
 def main(argv: Sequence[str]) -> None:
-    import argparse
-
     parser = argparse.ArgumentParser(prog="nox -s records --", description="the test records in reports/records/")
     parser.add_argument("--wheelhouse", type=Path, default=WHEELHOUSE)
     parser.add_argument("--reports", type=Path, default=REPORTS)
@@ -215,7 +225,7 @@ def main(argv: Sequence[str]) -> None:
     if args.command == "add":
         for path in add(args.files, args.wheelhouse, args.reports):
             print(f"added {path}", flush=True)
-    from harness.gate import levels_table
+    from harness.gate import levels_table  # the gate reads records: imported here, one way round
 
     print(levels_table(args.wheelhouse, args.reports), flush=True)
 

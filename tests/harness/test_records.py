@@ -132,6 +132,22 @@ def test_what_is_not_a_record_of_this_format_is_refused(made, content, problem):
         records.add([elsewhere], wheelhouse, reports)
 
 
+@pytest.mark.parametrize(("part", "value", "problem"), [
+    ("runs", [{"cpu": "max", "isa": "i8mm", "result": "passed"}], "runs without tests, scopes"),
+    ("runs", ["passed"], "runs without cpu, isa, result, tests, scopes"),
+    ("levels", "generic", "levels of the wrong type"),
+    ("wheel", {"file": "w.whl"}, "wheel without sha256"),
+])
+def test_a_sealed_record_of_the_wrong_shape_is_refused(made, part, value, problem):
+    """A producer's bug, not an edit: its digest matches, the gate could not read it."""
+    elsewhere, wheelhouse, reports = made
+    record = json.loads(elsewhere.read_text())
+    record[part] = value
+    elsewhere.write_text(json.dumps(records.seal({k: v for k, v in record.items() if k not in ("format", "digest")})))
+    with pytest.raises(records.RecordError, match=f"{elsewhere}: not a whole record, {problem}"):
+        records.add([elsewhere], wheelhouse, reports)
+
+
 def test_a_record_of_an_arch_the_wheelhouse_has_no_wheel_of_is_refused(made):
     elsewhere, wheelhouse, reports = made
     for wheel in wheelhouse.glob("*.whl"):
