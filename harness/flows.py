@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from harness import build, builders, console, containers, host, images, ladders, suite, summary, verdict
+from harness import build, builders, console, containers, gate, host, images, ladders, suite, summary, verdict
 from harness.errors import HarnessError
 from harness.paths import DOCKER, IMAGE_CONTEXTS, PYPROJECT, REPO, REPORTS, WHEEL_CACHE, WHEELHOUSE
 from harness.records import record_tested
@@ -134,7 +134,9 @@ def test(arch: str, posargs: Sequence[str]) -> bool:
         _prepare([target], steps)
         wheel = build.find_wheel(WHEELHOUSE, arch)
         records = _test(target, build.built_by(wheel, WHEEL_CACHE), wheel, options.pytest_args, steps)
-    return write_summary(records, steps, REPORTS, allowed)
+    ok = write_summary(records, steps, REPORTS, allowed)
+    _write_levels()
+    return ok
 
 
 def _could_not(target: Target, builder: str, error: Exception, stage: str) -> suite.RunRecord:
@@ -173,8 +175,18 @@ def matrix(posargs: Sequence[str], tools: Tools) -> bool:
             console.stop_all()
             raise
     ok = write_summary(records, steps, REPORTS, allowed)  # prints the steps' table too
+    _write_levels()
     _print_build_time_ratios(steps)
     return ok
+
+
+def _write_levels() -> None:
+    """What publish will ask: which machine's record proved each level of each wheel
+    (a level no run here reaches needs one from elsewhere: README, Proving every level)."""
+    text = f"## Every level shipped, and what proved it\n\n{gate.levels_table(WHEELHOUSE, REPORTS)}\n"
+    REPORTS.mkdir(exist_ok=True)
+    (REPORTS / "levels.md").write_text(text)
+    print("\n" + text, flush=True)
 
 
 def _images_made(target: Target) -> bool:

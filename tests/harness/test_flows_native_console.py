@@ -167,6 +167,7 @@ def test_matrix_builds_every_wheel_then_runs_the_emulated_canaries_then_the_full
     monkeypatch.setattr(flows, "_build", build)
     monkeypatch.setattr(flows, "_test", test)
     monkeypatch.setattr(flows, "write_summary", lambda records, steps, reports, allowed: summarized.extend(records))
+    monkeypatch.setattr(flows, "_write_levels", lambda: None)
     flows.matrix(["--builder", "cross", "--builder", "cibuildwheel"], tools=None)
     assert calls == [("build", "x86_64"), ("build", "aarch64"), ("build", "aarch64"),
                      ("canary", "aarch64"), ("reported", "aarch64"), ("full", "x86_64"), ("full", "aarch64")]

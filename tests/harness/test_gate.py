@@ -196,3 +196,13 @@ def test_publish_refuses_an_edited_record_naming_it(release):
     result = dry_run(wheelhouse, reports)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.startswith(f"publish: {path}: its content does not match its digest")
+
+
+def test_the_levels_table_of_the_wheelhouse_names_each_levels_proof_and_what_is_missing(release, tmp_path):
+    wheelhouse, reports, wheels = release
+    text = gate.levels_table(wheelhouse, reports, REPO / "pyproject.toml")
+    assert "| x86_64 | avx2 | AMD EPYC 7763 (native, prove) host |" in text
+    assert "| x86_64 | amx | UNPROVEN |" in text
+    assert "| aarch64 | generic | Test CPU (qemu, test) host |" in text
+    assert f"{wheels['x86_64'].name}: ships levels no record proves: avx512, avx512_bf16, amx (" in text
+    assert gate.levels_table(tmp_path / "none", reports) == f"no wheel in {tmp_path / 'none'} (nox -s build makes them)"
