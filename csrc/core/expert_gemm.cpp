@@ -2,12 +2,15 @@
 
 #include <c10/util/Half.h>
 
+#include <array>
+
 #include "core/packing.h"
 
 namespace moe_xarch {
 namespace {
 
 constexpr const char* kWidenedRows = "a thread's widened weight rows (of K or N values)";
+constexpr const char* kBlockSums = "a thread's sums of one block of K (fp8)";
 
 }  // namespace
 
@@ -64,7 +67,20 @@ WeightTile ExpertGemm::tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, i
     if (p_.compute == ComputeType::kBF16) {
       if (!scratch.weights_bf16) scratch.weights_bf16 = aligned_buffer<uint16_t>(kMaxTileRows, a_ld, kWidenedRows);
       uint16_t* out = scratch.weights_bf16.get() + slot * a_ld;
-      widen_rows(base, ld, expert, r0, r1, a_ld, out, kernels_.fp8_to_bf16, kernels_.mxfp4_to_bf16, to_bf16_bits);
+      // e4m3 fits bf16 exactly; a block scale folded in would round every weight to 8 bits.
+      const Fp8ToBF16Fn fp8_to_bf16 = kernels_.fp8_to_bf16;
+      const auto fp8_unscaled = [fp8_to_bf16](int64_t cols, const uint8_t* src, const float*, int64_t,
+                                              uint16_t* dst) {
+        static constexpr float kOne = 1.f;
+        fp8_to_bf16(cols, src, &kOne, cols, dst);
+      };
+      widen_rows(base, ld, expert, r0, r1, a_ld, out, fp8_unscaled, kernels_.mxfp4_to_bf16, to_bf16_bits);
+      if (w_.dtype == at::kFloat8_e4m3fn) {
+        t.fp8_scales = {w_.block_scale + expert * w_.scale_rows * w_.scale_cols, w_.scale_cols, r0, p_.block_n,
+                        p_.block_k};
+        if (!scratch.block_sums) scratch.block_sums = aligned_buffer<float>(kTokenChunk, kMaxTileRows, kBlockSums);
+        t.fp8_block_sums = scratch.block_sums.get();
+      }
       t.values = reinterpret_cast<const uint8_t*>(out);
     } else {
       if (!scratch.weights_f32) scratch.weights_f32 = aligned_buffer<float>(kMaxTileRows, a_ld, kWidenedRows);
@@ -100,6 +116,10 @@ void ExpertGemm::run(const Activations& a, int64_t row, int64_t m, const WeightT
             m, w.rows, w.k, a.bf16.get() + row * a.ld, a.ld, w.values, w.ld, w.fp8_scales, c, w.rows);
         break;
       }
+      if (w.fp8_block_sums) {
+        run_fp8_blocks(a.bf16.get() + row * a.ld, a.ld, m, w, c);
+        break;
+      }
       if (w.mxfp4) {
         kernels_.gemm_bf16_mxfp4(m, w.rows, w.k, a.bf16.get() + row * a.ld, a.ld, w.values, w.ld, w.mx_scale,
                                  w.mx_scale_ld, c, w.rows);
@@ -113,6 +133,29 @@ void ExpertGemm::run(const Activations& a, int64_t row, int64_t m, const WeightT
       kernels_.gemm_f32(m, w.rows, w.k, a.f32.get() + row * a.ld, a.ld,
                         reinterpret_cast<const float*>(w.values), w.ld, c, w.rows);
       break;
+  }
+}
+
+void ExpertGemm::run_fp8_blocks(const uint16_t* a, int64_t lda, int64_t m, const WeightTile& w, float* c) const {
+  const Fp8Scales& s = w.fp8_scales;
+  const auto* b = reinterpret_cast<const uint16_t*>(w.values);
+  std::array<float, kMaxTileRows> scale;
+  if (w_.cols == 0) std::fill(c, c + m * w.rows, 0.f);  // no block of K, no scale
+  for (int64_t p0 = 0, block = 0; p0 < w_.cols; p0 += s.block_k, ++block) {
+    // The last block runs on over the zero padding, as the whole tile would.
+    const int64_t p1 = w_.cols - p0 <= s.block_k ? w.k : p0 + s.block_k;
+    float* sums = block == 0 ? c : w.fp8_block_sums;
+    kernels_.gemm_bf16(m, w.rows, p1 - p0, a + p0, lda, b + p0, w.ld, sums, w.rows);
+    for (int64_t j = 0; j < w.rows; ++j) scale[j] = s.scale[(s.row0 + j) / s.block_n * s.ld + block];
+    for (int64_t i = 0; i < m; ++i) {
+      float* ci = c + i * w.rows;
+      const float* si = sums + i * w.rows;
+      if (block == 0) {
+        for (int64_t j = 0; j < w.rows; ++j) ci[j] *= scale[j];
+      } else {
+        for (int64_t j = 0; j < w.rows; ++j) ci[j] += si[j] * scale[j];
+      }
+    }
   }
 }
 

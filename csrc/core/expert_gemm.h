@@ -26,6 +26,7 @@ struct Scratch {
   AlignedBuffer<float> weights_f32;
   AlignedBuffer<uint16_t> weights_bf16;
   AlignedBuffer<float> out0, out1;
+  AlignedBuffer<float> block_sums;  // one block of K's sums, for widened fp8
   std::vector<float> activated;
 };
 
@@ -39,6 +40,7 @@ struct WeightTile {
   const float* channel_scale;  // INT8
   bool fp8 = false;            // raw fp8 values for gemm_bf16_fp8, with these scales
   Fp8Scales fp8_scales{};
+  float* fp8_block_sums = nullptr;  // set: bf16 values widened from fp8 unscaled; fp8_scales apply per block of K
   bool tiles = false;          // values in the level's tile layout (fp8: kTiles16's line layout)
   bool w4a8 = false;           // INT4 values for gemm_w4a8, with these groups
   Int4Groups groups{};
@@ -71,6 +73,9 @@ class ExpertGemm {
  private:
   // fp16, fp8 and MXFP4 weights are widened tile by tile into scratch before the GEMM.
   bool dequantizes() const;
+
+  // A tile of fp8 widened to bf16: a GEMM per block of K, its sums times their scales in fp32.
+  void run_fp8_blocks(const uint16_t* a, int64_t lda, int64_t m, const WeightTile& w, float* c) const;
 
   template <typename T, typename Fp8Row, typename Mxfp4Row, typename Convert>
   void widen_rows(const uint8_t* base, int64_t ld, int64_t expert, int64_t r0, int64_t r1, int64_t ld_out,

@@ -143,28 +143,20 @@ MOE_X86_INLINE __m512i fp8_scaled_bf16(const E4m3ToBF16& e4m3_to_bf16, const uin
 }
 // One 16-row block of fp8 b in the line layout (fp8_line_byte), every line
 // that k reaches rounded up to 32 values (the layout's padding is zeros),
-// widened into bf16 in the tile layout (core/packed_layout.h): line q into the 64-byte
-// lines 2 q and 2 q + 1, the block's pairs of K in order - contiguous tiles
-// for AMX, one stream for AVX-512. Each half (16 rows' bf16 pairs, lane r =
-// row r) is stored as line(q, half) makes it, called for q in order.
-template <class Line>
+// widened exactly into bf16 in the tile layout (core/packed_layout.h): line q
+// into the 64-byte lines 2 q and 2 q + 1, the block's pairs of K in order -
+// contiguous tiles for AMX, one stream for AVX-512. Each half holds 16 rows'
+// bf16 pairs, lane r = row r.
 MOE_X86_INLINE void widen_fp8_lines(const E4m3ToBF16& e4m3_to_bf16, const uint8_t* block, int64_t k,
-                                    uint8_t* panel, Line line) {
+                                    uint8_t* panel) {
   constexpr int64_t kAhead = 1024;  // the next call's block, near the end: work items walk down the rows
   const int64_t lines = (k + 31) / 32 * 32 / 4;
   for (int64_t q = 0; q < lines; ++q) {
     _mm_prefetch(reinterpret_cast<const char*>(block + 64 * q + kAhead), _MM_HINT_T0);
     const auto pairs = e4m3_to_bf16.in_lanes(_mm512_loadu_si512(block + 64 * q));
-    _mm512_store_si512(panel + 128 * q, line(q, pairs.first));
-    _mm512_store_si512(panel + 128 * q + 64, line(q, pairs.second));
+    _mm512_store_si512(panel + 128 * q, reinterpret_cast<__m512i>(pairs.first));
+    _mm512_store_si512(panel + 128 * q + 64, reinterpret_cast<__m512i>(pairs.second));
   }
-}
-
-// Widened exactly.
-MOE_X86_INLINE void widen_fp8_lines(const E4m3ToBF16& e4m3_to_bf16, const uint8_t* block, int64_t k,
-                                    uint8_t* panel) {
-  widen_fp8_lines(e4m3_to_bf16, block, k, panel,
-                  [](int64_t, __m512bh half) { return reinterpret_cast<__m512i>(half); });
 }
 
 }  // namespace

@@ -392,88 +392,58 @@ void gemm_bf16_fp8_block_rows(int64_t m, int64_t n, int64_t k, const uint16_t* a
   }
 }
 
-// Where vpermw puts the 16 first and then 16 second values of
-// _mm512_cvtne2ps_pbh back into pairs: value 2 r from r, 2 r + 1 from 16 + r.
-struct PairOrder {
-  alignas(64) uint16_t index[32];
+// A block of K's sums times their columns' scales (one a column), into c:
+// stored for the first block, added for the others.
+struct LinesBF16Scaled : LinesBF16 {
+  const float* scale;
+  bool first;
+  MOE_X86_INLINE void finish(int64_t i, int64_t j, Acc acc) const {
+    float* dst = c + i * ldc + j;
+    const __m512 s = _mm512_loadu_ps(scale + j);
+    _mm512_storeu_ps(dst, first ? _mm512_mul_ps(acc, s) : _mm512_fmadd_ps(acc, s, _mm512_loadu_ps(dst)));
+  }
 };
 
-constexpr PairOrder make_pair_order() {
-  PairOrder order{};
-  for (int r = 0; r < 16; ++r) {
-    order.index[2 * r] = static_cast<uint16_t>(r);
-    order.index[2 * r + 1] = static_cast<uint16_t>(16 + r);
-  }
-  return order;
-}
-
-constexpr PairOrder kPairOrder = make_pair_order();
-
-// Both values of each lane's bf16 pair times the lane's scale, rounded to
-// bf16 (nearest even) once.
-MOE_X86_INLINE __m512i scaled_pairs(__m512bh pairs, __m512 scale) {
-  const __m512i bits = reinterpret_cast<__m512i>(pairs);
-  const __m512 first = _mm512_castsi512_ps(_mm512_slli_epi32(bits, 16));
-  const __m512i high_halves = _mm512_set1_epi32(static_cast<int32_t>(0xffff0000u));
-  const __m512 second = _mm512_castsi512_ps(_mm512_and_si512(bits, high_halves));
-  const __m512bh halves = _mm512_cvtne2ps_pbh(_mm512_mul_ps(second, scale), _mm512_mul_ps(first, scale));
-  return _mm512_permutexvar_epi16(_mm512_load_si512(kPairOrder.index), reinterpret_cast<__m512i>(halves));
-}
-
-// x86::widen_fp8_lines with each value times its row's block scale
-// (column_scales[r][block of K]), rounded to bf16 once, as fp8_to_bf16 does.
-void widen_fp8_lines_scaled(const x86::E4m3ToBF16& e4m3_to_bf16, const uint8_t* block, int64_t k, int64_t block_k,
-                            const float* const* column_scales, uint8_t* panel) {
-  const int64_t lines_per_scale = block_k / 4;
-  int64_t next_scale_line = 0;
-  __m512 scale = _mm512_setzero_ps();
-  x86::widen_fp8_lines(e4m3_to_bf16, block, k, panel, [&](int64_t q, __m512bh half) {
-    if (q == next_scale_line) {
-      const int64_t of_k = (4 * q < k ? 4 * q : k - 1) / block_k;  // padding lines (zeros) take the last block's
-      alignas(64) float row_scales[kBlockCols];
-      for (int r = 0; r < kBlockCols; ++r) row_scales[r] = column_scales[r][of_k];
-      scale = _mm512_load_ps(row_scales);
-      next_scale_line += lines_per_scale;
-    }
-    return scaled_pairs(half, scale);
-  });
-}
-
 // fp8 in the line layout: up to 4 rows of a widen each line in registers.
-// More rows widen 4 blocks at a time once, scales folded in, and run them as
-// the bf16 GEMM does, its tiles sharing each broadcast row of a among the 4
-// blocks, rather than one block at a time with the scales kept apart.
+// More rows widen 4 blocks of columns once per block of K, exactly (e4m3 is
+// a subset of bf16), and run them as the bf16 GEMM does, its tiles sharing
+// each broadcast row of a among the 4 blocks; each block of K's sums take
+// their scales in fp32. A block of K not a whole number of 32-value panels
+// goes back to rows.
 void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
                          int64_t ldb, const Fp8Scales& sc, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmBF16Fp8Tiles);
-  if (sc.block_k % 4 != 0) {
+  const bool panels = m > kFp8TileRows;
+  if (sc.block_k % (panels ? 32 : 4) != 0) {
     gemm_bf16_fp8_block_rows(m, n, k, a, lda, b, ldb, sc, c, ldc);
     return;
   }
   const x86::E4m3ToBF16 e4m3_to_bf16;
-  auto scales_of = [&](int64_t j, const float* (&column_scales)[kBlockCols]) {
-    for (int q = 0; q < kBlockCols; ++q) column_scales[q] = sc.scale + (sc.row0 + j + q) / sc.block_n * sc.ld;
-  };
-  if (m <= kFp8TileRows) {
+  auto scale_row = [&](int64_t j) { return sc.scale + (sc.row0 + j) / sc.block_n * sc.ld; };
+  if (!panels) {
     for (int64_t j = 0; j < n; j += kBlockCols) {
       const float* column_scales[kBlockCols];
-      scales_of(j, column_scales);
+      for (int q = 0; q < kBlockCols; ++q) column_scales[q] = scale_row(j + q);
       fp8_block(static_cast<int>(m), Fp8Lines{e4m3_to_bf16, b + j * ldb}, k, sc.block_k, column_scales, a, lda,
                 c + j, ldc);
     }
     return;
   }
   constexpr int64_t kGroupCols = 4 * kBlockCols;
-  const int64_t panel_k = (k + 31) / 32 * 32;  // widened K, zeros past k (as is a)
-  uint8_t* panel = thread_scratch(ScratchUse::kFp8Block, kGroupCols * 2 * panel_k);
+  uint8_t* panel = thread_scratch(ScratchUse::kFp8Block, kGroupCols * 2 * sc.block_k);
   for (int64_t j = 0; j < n; j += kGroupCols) {
     const int64_t cols = n - j < kGroupCols ? n - j : kGroupCols;
-    for (int64_t q = 0; q < cols; q += kBlockCols) {
-      const float* column_scales[kBlockCols];
-      scales_of(j + q, column_scales);
-      widen_fp8_lines_scaled(e4m3_to_bf16, b + (j + q) * ldb, k, sc.block_k, column_scales, panel + q * 2 * panel_k);
+    for (int64_t p0 = 0, blk = 0; p0 < k; p0 += sc.block_k, ++blk) {
+      const int64_t len = k - p0 < sc.block_k ? k - p0 : sc.block_k;
+      const int64_t panel_k = (len + 31) / 32 * 32;  // zeros past len (as is a)
+      alignas(64) float scale[kGroupCols];
+      for (int64_t q = 0; q < cols; ++q) scale[q] = scale_row(j + q)[blk];
+      for (int64_t q = 0; q < cols; q += kBlockCols) {
+        x86::widen_fp8_lines(e4m3_to_bf16, b + (j + q) * ldb + p0 * kBlockCols, len, panel + q * 2 * panel_k);
+      }
+      line_gemm(LinesBF16Scaled{{c + j, ldc}, scale, p0 == 0}, m, cols, 2 * panel_k,
+                reinterpret_cast<const uint8_t*>(a + p0), 2 * lda, panel);
     }
-    line_gemm(LinesBF16{c + j, ldc}, m, cols, 2 * panel_k, reinterpret_cast<const uint8_t*>(a), 2 * lda, panel);
   }
 }
 
