@@ -8,6 +8,7 @@ through ``schema_args``, the raw op.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -28,12 +29,14 @@ __all__ = [
     "INT8_ACTIVATION_TOLERANCE",
     "MoeProblem",
     "Tolerance",
+    "applied_tolerances",
     "assert_matches_reference",
     "covering_array",
     "make_moe_problem",
     "sample_problems",
     "schema_args",
     "tolerance",
+    "tolerance_key",
 ]
 
 # Max abs and rel error against the reference, from the op contract: of UNQUANT
@@ -80,11 +83,28 @@ def tolerance(moe_comp_method: int, dtype: torch.dtype) -> Tolerance:
     return Tolerance(rtol=DTYPE_TOLERANCE[dtype], atol=DTYPE_TOLERANCE[dtype])
 
 
+def tolerance_key(moe_comp_method: int, dtype: torch.dtype) -> str:
+    """``"INT8_W8A8/bfloat16"``: how the run's record names a (method, dtype)."""
+    return f"{MoeCompMethod(int(moe_comp_method)).name}/{str(dtype).removeprefix('torch.')}"
+
+
+# What assert_matches_reference applied in this process, by tolerance_key: the suite
+# writes it into the run's record, and the matrix's verdict proves that every run
+# compared each (method, dtype) alike (the contract promises one tolerance everywhere).
+_applied: dict[str, dict[str, Any]] = {}
+
+
+def applied_tolerances() -> dict[str, dict[str, Any]]:
+    """Each (method, dtype) compared so far, by tolerance_key: its Tolerance's fields."""
+    return {key: dict(fields) for key, fields in _applied.items()}
+
+
 def assert_matches_reference(
     actual: torch.Tensor, expected: torch.Tensor, moe_comp_method: int, dtype: torch.dtype
 ) -> None:
     """Assert ``actual`` equals the reference output within the contract's tolerance."""
     tol = tolerance(moe_comp_method, dtype)
+    _applied[tolerance_key(moe_comp_method, dtype)] = dataclasses.asdict(tol)
     torch.testing.assert_close(
         actual, expected, rtol=tol.rtol, atol=tol.atol_for(expected), check_device=False
     )

@@ -111,12 +111,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Which kernels this process ran, for the run's summary: every level's code the
-    suite reached, over the whole session (moe_xarch.kernel_use never resets)."""
+    suite reached, over the whole session (moe_xarch.kernel_use never resets); and the
+    tolerance each (method, dtype) was compared with, which the verdict proves the same
+    on every run."""
     report_dir = os.environ.get("MOE_XARCH_REPORT_DIR")
     if not report_dir or _runs_no_tests(session.config):
         return
     import moe_xarch
+    from moe_xarch.testing import applied_tolerances
 
     report = {"isa": moe_xarch.isa(), "counts": moe_xarch.kernel_use()}
-    path = Path(report_dir) / f"kernel-use-{os.getpid()}.json"
-    path.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
+    for name, data in ((f"kernel-use-{os.getpid()}.json", report),
+                       (f"tolerances-{os.getpid()}.json", applied_tolerances())):
+        (Path(report_dir) / name).write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
