@@ -16,7 +16,19 @@ from pathlib import Path
 from harness.console import StepLog, clock
 from harness.project import NAME, TABLE
 from harness.suite import STAGES, RunRecord
-from harness.verdict import FAILING, SCOPES, Allowed, Drift, Outcome, RunId, Verdict, compare, read_junit
+from harness.verdict import (
+    FAILING,
+    SCOPES,
+    Allowed,
+    Drift,
+    Outcome,
+    RunId,
+    ToleranceDrift,
+    Verdict,
+    compare,
+    compare_tolerances,
+    read_junit,
+)
 
 SHOWN_PER_RUN = 10  # failing tests or drifts listed per run; the JSON has them all
 
@@ -156,6 +168,22 @@ def property_cases(report_dir: Path) -> dict[str, int] | None:
     return total
 
 
+def tolerances(report_dir: Path) -> dict[str, dict] | None:
+    """The tolerances-*.json files merged: {method/dtype: the tolerance it was compared with}."""
+    files = _report_files(report_dir, "tolerances")
+    if not files:
+        return None
+    merged: dict[str, tuple[str, dict]] = {}
+    for name, data in files:
+        if not isinstance(data, dict):
+            raise ReportFileError(f"{name}: not a JSON object")
+        for key, tolerance in data.items():
+            earlier_name, earlier = merged.setdefault(key, (name, tolerance))
+            if tolerance != earlier:
+                raise ReportFileError(f"{name}: {key} compared with {tolerance}, in {earlier_name} with {earlier}")
+    return {key: tolerance for key, (_, tolerance) in merged.items()}
+
+
 def properties_text(cases: Mapping[str, int] | None) -> str:
     return "-" if cases is None else "/".join(str(cases[key]) for key in PROPERTY_KEYS)
 
@@ -172,6 +200,8 @@ class Row:
     outcomes: Mapping[str, Outcome] | None = None  # None: no readable JUnit report
     kernels: dict[str, dict[str, int]] | None = None
     properties: dict[str, int] | None = None
+    tolerances: dict[str, dict] | None = None  # None: the run recorded none
+    tolerance_drifts: tuple[ToleranceDrift, ...] = ()  # set by judge_all, against the other runs
 
     @property
     def ok(self) -> bool:
@@ -185,6 +215,11 @@ class Row:
     def run_id(self) -> RunId:
         r = self.record
         return RunId(r.target, r.builder, r.cpu, r.isa)
+
+    @property
+    def label(self) -> str:
+        """The run as the summary names it: its stage, then its RunId."""
+        return f"{self.record.stage} {self.run_id}"
 
     @property
     def ran(self) -> bool:
@@ -225,9 +260,9 @@ def judge(record: RunRecord) -> Row:
         problems.append(f"{counts.failures} failed")
     if record.isa_reported and record.isa_reported != record.isa:
         problems.append(f"selected {record.isa_reported}, expected {record.isa}")
-    kernels = properties = None
+    kernels = properties = compared = None
     try:
-        kernels, properties = kernel_use(report_dir), property_cases(report_dir)
+        kernels, properties, compared = kernel_use(report_dir), property_cases(report_dir), tolerances(report_dir)
     except (ReportFileError, OSError, ValueError) as error:
         problems.append(f"unreadable test report file {error}")
     if record.exit_code == 124:
@@ -235,7 +270,7 @@ def judge(record: RunRecord) -> Row:
     elif record.exit_code != 0 and not problems:
         problems.append(f"exit code {record.exit_code}")
     result = "FAILED: " + ", ".join(problems) if problems else "passed"
-    return Row(record, counts, result, outcomes, kernels, properties)
+    return Row(record, counts, result, outcomes, kernels, properties, compared)
 
 
 def verdicts(rows: Sequence[Row], allowed: Sequence[Allowed] = ()) -> dict[str, Verdict]:
@@ -256,13 +291,23 @@ def _drifts(row: Row, verdict: Mapping[str, Verdict]) -> list[Drift]:
 
 def judge_all(records: Sequence[RunRecord], allowed: Sequence[Allowed] = ()) -> tuple[list[Row], dict[str, Verdict]]:
     """Every run judged alone, then against the other runs of its stage: a run whose
-    tests did not run as on the others fails too."""
+    tests did not run as on the others fails too; and against every other run: a run
+    that compared a (method, dtype) with another tolerance, or recorded none where
+    others did (a passed run only: a failed one may have ended before writing it)."""
     rows = [judge(record) for record in records]
     verdict = verdicts(rows, allowed)
+    tolerance_drifts = compare_tolerances((row.label, row.tolerances) for row in rows
+                                          if row.tolerances is not None or (row.ok and row.outcomes is not None))
     judged = []
     for row in rows:
+        problems = []
         if drifts := _drifts(row, verdict):
-            problem = f"{len(drifts)} tests did not run as on the other runs"
+            problems.append(f"{len(drifts)} tests did not run as on the other runs")
+        if own := tuple(drift for drift in tolerance_drifts if drift.run == row.label):
+            problems.append(f"{len(own)} comparisons not as on the other runs")
+            row = dataclasses.replace(row, tolerance_drifts=own)
+        if problems:
+            problem = ", ".join(problems)
             row = dataclasses.replace(row, result=f"{row.result}, {problem}" if not row.ok else f"FAILED: {problem}")
         judged.append(row)
     return judged, verdict
@@ -281,7 +326,7 @@ def failure_lines(rows: Sequence[Row], verdict: Mapping[str, Verdict]) -> list[s
         if not row.ok:
             lines.append(f"- {row.record.stage} {row.run_id}: {row.result}")
             lines += _capped([f"`{test}` ({outcome.outcome}): {outcome.reason}" for test, outcome in row.failing])
-            lines += _capped([f"`{drift}`" for drift in _drifts(row, verdict)])
+            lines += _capped([f"`{drift}`" for drift in [*_drifts(row, verdict), *row.tolerance_drifts]])
     return lines
 
 
@@ -318,6 +363,10 @@ def markdown(rows: Sequence[Row], steps: StepLog, verdict: Mapping[str, Verdict]
         compared = sum(1 for row in rows if row.record.stage == stage and row.outcomes is not None)
         state = "the same" if stage_verdict.ok else f"{len(stage_verdict.drifts)} not the same (below)"
         lines.append(f"- {stage}: {stage_verdict.tests} test IDs over {compared} runs: {state}")
+    if recorded := [row for row in rows if row.tolerances is not None]:
+        differing = sum(len(row.tolerance_drifts) for row in rows)
+        state = "the same" if not differing else f"{differing} not the same (below)"
+        lines.append(f"- the tolerance of each method and dtype, over {len(recorded)} runs: {state}")
     if allowed:
         lines += ["", f"Allowed differences ([{TABLE}] allowed-differences):", "",
                   "| test | where | outcome | reason | runs it applied to |", "| --- | --- | --- | --- | ---: |"]
@@ -337,6 +386,7 @@ def _run_data(row: Row) -> dict[str, object]:
         "skipped": row.counts.skipped, "result": row.result,
         "failing_tests": [{"test": test, **dataclasses.asdict(outcome)} for test, outcome in row.failing],
         "kernels": row.kernels, "property_cases": row.properties, "tests_by_part": row.parts,
+        "tolerances": row.tolerances, "tolerance_drifts": [str(drift) for drift in row.tolerance_drifts],
     }
 
 

@@ -9,6 +9,9 @@ collected) on another run its scope designates fails the matrix, unless
 [[tool.moe-xarch.allowed-differences]] in pyproject.toml declares it; so does a test
 that ran where its scope does not run it, or whose scope differs between runs. A
 failed test is not a drift: its own run already fails, naming it.
+
+The comparison is the same on every run too (compare_tolerances): each run records
+the tolerance it compared each (method, dtype) with, and one that differs fails.
 """
 
 from __future__ import annotations
@@ -271,3 +274,46 @@ def compare(runs: Mapping[RunId, Mapping[str, Outcome]], allowed: Iterable[Allow
             else:
                 drifts.append(Drift(test, reference, present[reference], run, outcome))
     return Verdict(tuple(drifts), tuple(excused), len(tests))
+
+
+@dataclasses.dataclass(frozen=True)
+class ToleranceDrift:
+    """A (method, dtype) that one run compared with another tolerance than an earlier run
+    did, or a run that recorded no tolerance where another did."""
+
+    key: str  # moe_xarch.testing.tolerance_key: "METHOD/dtype"; "" for a run that recorded none
+    reference: str  # the run (as the summary names it) whose tolerance the other differs from
+    reference_tolerance: Mapping[str, Any] | None
+    run: str
+    tolerance: Mapping[str, Any] | None  # None: the run recorded none at all
+
+    def __str__(self) -> str:
+        if self.tolerance is None:
+            return f"tolerances: none recorded on {self.run}, {len(self.reference_tolerance or {})} on {self.reference}"
+        return (f"tolerance of {self.key}: {_tolerance_text(self.tolerance)} on {self.run}, "
+                f"{_tolerance_text(self.reference_tolerance)} on {self.reference}")
+
+
+def _tolerance_text(tolerance: Mapping[str, Any] | None) -> str:
+    return ", ".join(f"{name} {value}" for name, value in sorted((tolerance or {}).items()))
+
+
+def compare_tolerances(runs: Iterable[tuple[str, Mapping[str, Mapping[str, Any]] | None]]) -> tuple[ToleranceDrift, ...]:
+    """The contract promises one tolerance per (method, dtype) on every architecture:
+    each (method, dtype) a run compared must have the tolerance of the first run, in
+    the order given, that compared it; and a run that recorded none (None) while
+    another did differs too. ``runs``: (run, {tolerance_key: tolerance fields})."""
+    runs = list(runs)
+    recorded = next(((run, tolerances) for run, tolerances in runs if tolerances is not None), None)
+    first: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    drifts = []
+    for run, tolerances in runs:
+        if tolerances is None:
+            if recorded is not None:
+                drifts.append(ToleranceDrift("", *recorded, run, None))
+            continue
+        for key, tolerance in sorted(tolerances.items()):
+            reference, reference_tolerance = first.setdefault(key, (run, tolerance))
+            if tolerance != reference_tolerance:
+                drifts.append(ToleranceDrift(key, reference, reference_tolerance, run, tolerance))
+    return tuple(drifts)

@@ -251,3 +251,61 @@ def test_two_workers_crashing_at_once_interleave_their_dumps_and_both_tests_are_
     assert judge(arm_record(directory)).result == (
         "FAILED: crashed: SIGILL (Illegal instruction) in tests/kernels/test_a.py::test_crash2, "
         "tests/kernels/test_a.py::test_crash on CPU a64fx, 2 failed")
+
+
+# The tolerances a run's suite compared with (moe_xarch.testing.applied_tolerances), as it writes them.
+SPEC_BF16 = {"rtol": 0.02, "atol": 0.02, "relative_to_output_scale": False}
+SPEC_INT8 = {"rtol": 0.03, "atol": 0.03, "relative_to_output_scale": True}
+
+
+def tolerance_run(tmp_path, name, tolerances, cpu="a64fx", arch="aarch64", isa="neon"):
+    """A passed run whose one process recorded `tolerances` (None: no file)."""
+    files = {"junit.xml": junit_of(PASS_A)}
+    if tolerances is not None:
+        files["tolerances-7.json"] = json.dumps(tolerances)
+    return RunRecord(arch, "qemu" if arch == "aarch64" else "native", cpu, isa, isa, 0, 60.0,
+                     str(run_dir(tmp_path, name, files)), builder="cross" if arch == "aarch64" else "cibuildwheel")
+
+
+def test_a_comparison_loosened_on_one_architecture_fails_its_runs_naming_the_method_and_dtype(tmp_path):
+    """assert_matches_reference multiplying the bf16 tolerance by 20 on aarch64: every
+    aarch64 run records it, and each fails, naming itself, the (method, dtype) and the
+    run whose tolerance it differs from."""
+    same = {"UNQUANT/bfloat16": SPEC_BF16, "INT8_W8A8/bfloat16": SPEC_INT8}
+    loose = {**same, "UNQUANT/bfloat16": {**SPEC_BF16, "rtol": 0.4, "atol": 0.4}}
+    x86 = [tolerance_run(tmp_path, f"x{level}", same, "host", "x86_64", level) for level in ("generic", "avx2")]
+    arm = [tolerance_run(tmp_path, f"a{cpu}", same, cpu) for cpu in ("a64fx", "max")]
+    reports = tmp_path / "reports"
+    assert write_summary(x86 + arm, console.StepLog(), reports)
+    assert "- the tolerance of each method and dtype, over 4 runs: the same" in (reports / "summary.md").read_text()
+
+    arm = [tolerance_run(tmp_path, f"l{cpu}", loose, cpu) for cpu in ("a64fx", "max")]
+    assert not write_summary(x86 + arm, console.StepLog(), reports)
+    data = json.loads((reports / "summary.json").read_text())
+    assert [run["result"] for run in data["runs"]] == ["passed"] * 2 + [
+        "FAILED: 1 comparisons not as on the other runs"] * 2
+    text = (reports / "summary.md").read_text()
+    assert "- the tolerance of each method and dtype, over 4 runs: 2 not the same (below)" in text
+    for cpu in ("a64fx", "max"):
+        assert (f"- full aarch64 (cross) CPU {cpu}, ISA neon: FAILED: 1 comparisons not as on the other runs\n"
+                f"  - `tolerance of UNQUANT/bfloat16: atol 0.4, relative_to_output_scale False, rtol 0.4 on full "
+                f"aarch64 (cross) CPU {cpu}, ISA neon, atol 0.02, relative_to_output_scale False, rtol 0.02 on full "
+                "x86_64 (cibuildwheel) CPU host, ISA generic`") in text, text
+
+
+def test_a_passed_run_that_recorded_no_tolerance_fails_where_the_others_did(tmp_path):
+    same = {"UNQUANT/bfloat16": SPEC_BF16}
+    records = [tolerance_run(tmp_path, "a", same), tolerance_run(tmp_path, "b", None, "max")]
+    assert not write_summary(records, console.StepLog(), tmp_path / "reports")
+    runs = json.loads((tmp_path / "reports" / "summary.json").read_text())["runs"]
+    assert runs[1]["result"] == "FAILED: 1 comparisons not as on the other runs"
+    assert runs[1]["tolerance_drifts"] == [
+        "tolerances: none recorded on full aarch64 (cross) CPU max, ISA neon, 1 on full aarch64 (cross) CPU a64fx, ISA neon"]
+
+
+def test_two_processes_of_a_run_comparing_one_method_and_dtype_two_ways_fail_it(tmp_path):
+    directory = run_dir(tmp_path, "run", {
+        "junit.xml": junit_of(PASS_A), "tolerances-1.json": json.dumps({"UNQUANT/bfloat16": SPEC_BF16}),
+        "tolerances-2.json": json.dumps({"UNQUANT/bfloat16": {**SPEC_BF16, "rtol": 0.4}})})
+    assert judge(arm_record(directory, exit_code=0)).result.startswith(
+        "FAILED: unreadable test report file tolerances-2.json: UNQUANT/bfloat16 compared with")

@@ -269,3 +269,17 @@ def test_read_junit_takes_the_scope_from_the_markers_property(tmp_path):
         '<testcase classname="tests.t" name="test_c" file="tests/t.py"/></testsuite>')
     assert read_junit(path) == {"tests/t.py::test_a": ONCE, "tests/t.py::test_b": Outcome("error", "teardown", PER_CPU),
                                 "tests/t.py::test_c": PASSED}
+
+
+def test_the_tolerances_of_every_run_are_compared_with_the_first_run_that_compared_each():
+    from harness.verdict import compare_tolerances
+
+    bf16, loose = {"rtol": 0.02, "atol": 0.02}, {"rtol": 0.4, "atol": 0.4}
+    assert compare_tolerances([("x86", {"UNQUANT/bfloat16": bf16}), ("arm", {"UNQUANT/bfloat16": bf16}),
+                               ("canary", {})]) == ()
+    drifts = compare_tolerances([("x86", {"UNQUANT/bfloat16": bf16}), ("arm", {"UNQUANT/bfloat16": loose}),
+                                 ("none", None), ("later", {"FP8_W8A16/bfloat16": loose})])
+    assert [str(drift) for drift in drifts] == [
+        "tolerance of UNQUANT/bfloat16: atol 0.4, rtol 0.4 on arm, atol 0.02, rtol 0.02 on x86",
+        "tolerances: none recorded on none, 1 on x86"]
+    assert compare_tolerances([("a", None), ("b", None)]) == ()
