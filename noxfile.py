@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 
 import nox
@@ -44,8 +45,10 @@ def _run(session: nox.Session, flow: Callable[..., bool | None], *args: object) 
 def tests(session: nox.Session) -> None:
     """Host-side tests: the harness's unit tests and the cross-compiled drift proofs (Docker only for the image faults)."""
     # The drift proofs cross-compile; the scratch suite runs use xdist; the version
-    # tests ask setuptools-scm: the pinned backend.
-    session.install(*suite.host_test_requirements(), "packaging", *tools.backend_requirements())
+    # tests ask setuptools-scm: the pinned backend. tests/harness/test_gha.py runs
+    # `nox -s gha-matrix` as the workflows do: with this nox.
+    session.install(*suite.host_test_requirements(), "packaging", *tools.backend_requirements(),
+                    f"nox=={metadata.version('nox')}")
     session.run("pytest", "tests/harness", "tests/drift", "-m", "not native_build and not emulated_build",
                 *session.posargs)
 

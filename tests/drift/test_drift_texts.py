@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.drift import test_emulated_drift, test_kernel_use_drift
+from tests.drift import test_emulated_drift, test_gha_matrix_drift, test_kernel_use_drift
 from tests.drift.conftest import REPO
 from tests.drift.support import source_to_drift
 
@@ -15,6 +15,7 @@ EDITS = {
     **{f"native-{arch}": (drift.source, drift.pristine) for arch, drift in test_kernel_use_drift.DRIFTS.items()},
     **{f"emulated-{drift.name}": (test_emulated_drift.SOURCE, drift.pristine)
        for drift in (test_emulated_drift.RUNS_DOTPRODS_INT8_GEMM, test_emulated_drift.DROPS_BF16_K_TAIL)},
+    "gha-matrix": (test_gha_matrix_drift.SOURCE, test_gha_matrix_drift.PRISTINE),
 }
 
 
