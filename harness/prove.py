@@ -27,6 +27,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from harness import console, host
 from harness.build import wheel_matches
@@ -79,7 +80,7 @@ def build_from_sdist(python: Path, sdist: Path, out: Path) -> Path:
     return wheel
 
 
-def describe(python: Path, wheel: Path, out: Path) -> dict[str, object]:
+def describe(python: Path, wheel: Path, out: Path) -> dict[str, Any]:
     """The installed library's own account: its levels, those this CPU runs, the environment."""
     subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
                     "--force-reinstall", str(wheel)], check=True)
@@ -134,27 +135,28 @@ def prove(wheel: Path | None, sdist: Path | None, out: Path, asked_levels: str, 
         wheel = checked_wheel(build_from_sdist(python, sdist.resolve(), out), arch)
     assert wheel is not None  # argparse requires --wheel or --sdist
     environment = describe(python, wheel, out)
-    ladder = [str(level) for level in environment["levels"]]  # type: ignore[union-attr]
-    supported = [str(level) for level in environment["supported"]]  # type: ignore[union-attr]
+    ladder, supported = environment["levels"], environment["supported"]
     levels = levels_to_run(ladder, supported, asked_levels)
     target = native_target(targets[arch], levels)
     print(f"{wheel.name} carries {', '.join(ladder)}; this CPU ({environment['cpu']}) runs "
           f"{', '.join(supported)}; testing {', '.join(levels)}", flush=True)
-    runs = planned_runs(target, levels)
-    scopes = designated(run.run_id("") for run in runs)
+    runs = {run.isa: run for run in planned_runs(target, levels)}
+    scopes = designated(run.run_id("") for run in runs.values())
     path_env = {"PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
                 "VIRTUAL_ENV": str(python.parent.parent)}
     steps = console.StepLog()
-    records = [RunRecord(arch, "native", "host", level, "", None, 0.0, "")
-               for level in ladder if level not in supported]
-    for run in runs:
-        report_dir = out / "runs" / run.name
-        shutil.rmtree(report_dir, ignore_errors=True)
-        report_dir.mkdir(parents=True)
-        command = ["bash", str(DOCKER / "run-kernel-suite.sh"), str(wheel), str(report_dir), "-n", str(jobs),
-                   *marker_expression("full", scopes[run.run_id("")])]
-        with steps.step(f"test {arch} host {run.isa}"):
-            records.append(record_run(run, "", command, report_dir, env={**path_env, **dict(run.env)}, cwd=REPO))
+    records = []
+    for level in ladder:  # a level --levels leaves out has no record at all
+        if level not in supported:
+            records.append(RunRecord(arch, "native", "host", level, "", None, 0.0, ""))
+        elif run := runs.get(level):
+            report_dir = out / "runs" / run.name
+            shutil.rmtree(report_dir, ignore_errors=True)
+            report_dir.mkdir(parents=True)
+            command = ["bash", str(DOCKER / "run-kernel-suite.sh"), str(wheel), str(report_dir), "-n", str(jobs),
+                       *marker_expression("full", scopes[run.run_id("")])]
+            with steps.step(f"test {arch} host {level}"):
+                records.append(record_run(run, "", command, report_dir, env={**path_env, **dict(run.env)}, cwd=REPO))
     ok = write_summary(records, steps, out, load_allowed(PYPROJECT, targets))
     record = make_record(wheel, arch, "native", "", PRODUCER, records)
     path = out / record_name(record)
