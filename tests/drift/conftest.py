@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.drift.support import NativeTree
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -27,3 +29,13 @@ def scratch_tree() -> Callable[[Path], Path]:
         return destination
 
     return copy
+
+
+@pytest.fixture(scope="session")
+def native_tree(tmp_path_factory, scratch_tree) -> NativeTree:
+    """A scratch copy of the tree, built natively once for every native drift proof:
+    each drifts it, rebuilds the file it edited, and restores it."""
+    work = tmp_path_factory.mktemp("native-drift")
+    native = NativeTree(scratch_tree(work / "tree"), work / "build", work / "site")
+    native.build()
+    return native

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.drift import test_emulated_drift, test_gha_matrix_drift, test_kernel_use_drift
+from tests.drift import test_emulated_drift, test_gha_matrix_drift, test_kernel_use_drift, test_worst_case_drift
 from tests.drift.conftest import REPO
 from tests.drift.support import source_to_drift
 
@@ -16,6 +16,9 @@ EDITS = {
     **{f"emulated-{drift.name}": (test_emulated_drift.SOURCE, drift.pristine)
        for drift in (test_emulated_drift.RUNS_DOTPRODS_INT8_GEMM, test_emulated_drift.DROPS_BF16_K_TAIL)},
     "gha-matrix": (test_gha_matrix_drift.SOURCE, test_gha_matrix_drift.PRISTINE),
+    **{f"overflow-{arch}": (drift.source, drift.pristine) for arch, drift in test_worst_case_drift.OVERFLOWS.items()},
+    "tolerance-call": (test_worst_case_drift.TESTING, test_worst_case_drift.COMPARISON),
+    "tolerance-recorded": (test_worst_case_drift.TESTING, test_worst_case_drift.RECORDED),
 }
 
 

@@ -14,18 +14,11 @@ needs to run the drifted build.
 
 from __future__ import annotations
 
-import os
-import platform
-import re
-import shutil
-import subprocess
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from tests.drift.support import drift_source
+from tests.drift.support import FAILED, this_hosts
 
 # Minutes of native build: its own session (drift-native), after the matrix in the
 # test command, so that `nox -s tests` stays quick and the canaries start early.
@@ -61,58 +54,27 @@ DRIFTS = {
     ),
 }
 KERNEL_USE_TEST = "tests/kernels/test_kernel_use.py"
-FAILED = re.compile(r"^FAILED (\S+)", re.MULTILINE)
 
 
 @pytest.fixture(scope="module")
 def drift() -> Drift:
-    machine = platform.machine()
-    assert machine in DRIFTS, f"no kernel-use drift case for this host's architecture {machine}"
-    return DRIFTS[machine]
+    return this_hosts(DRIFTS, "kernel-use drift case")
 
 
-def build(tree: Path, build_dir: Path) -> None:
-    """The library of `tree`, built (or brought up to date) in build_dir."""
-    for tool in ("cmake", "ninja"):
-        assert shutil.which(tool), f"{tool} is not installed; run: pip install {tool}"
-    configure = ["cmake", "-S", str(tree), "-B", str(build_dir), "-G", "Ninja",
-                 "-DCMAKE_BUILD_TYPE=Release", f"-DPython_EXECUTABLE={sys.executable}"]
-    compile_ = ["cmake", "--build", str(build_dir), "--parallel", str(os.cpu_count() or 1)]
-    for command in (configure, compile_):
-        result = subprocess.run(command, capture_output=True, text=True)
-        assert result.returncode == 0, result.stdout + result.stderr
-
-
-def run_suite(tree: Path, build_dir: Path, site: Path, level: str, *selection: str) -> subprocess.CompletedProcess[str]:
-    """pytest on `selection` of the tree's tests, with the package staged from its build."""
-    package = site / "moe_xarch"
-    shutil.rmtree(package, ignore_errors=True)
-    shutil.copytree(tree / "package" / "moe_xarch", package)
-    shutil.copy2(build_dir / "moe_xarch" / "_ops.so", package / "_ops.so")
-    env = {name: value for name, value in os.environ.items() if not name.startswith("MOE_XARCH_")}
-    env.update(MOE_XARCH_ISA=level, PYTHONPATH=str(site))
-    return subprocess.run([sys.executable, "-m", "pytest", *selection, "-q", "-rf", "-p", "no:cacheprovider"],
-                          cwd=tree, env=env, capture_output=True, text=True)
-
-
-def test_a_level_running_a_lower_levels_kernel_fails_the_kernel_use_test(tmp_path, scratch_tree, drift):
-    tree = scratch_tree(tmp_path / "tree")
-    build_dir, site = tmp_path / "build", tmp_path / "site"
-    build(tree, build_dir)
-    pristine = run_suite(tree, build_dir, site, drift.level, KERNEL_USE_TEST)
+def test_a_level_running_a_lower_levels_kernel_fails_the_kernel_use_test(native_tree, drift):
+    native_tree.build()
+    pristine = native_tree.run_suite(drift.level, KERNEL_USE_TEST)
     assert pristine.returncode == 0, pristine.stdout + pristine.stderr
 
-    drift_source(tree, drift.source, drift.pristine, drift.drifted)
-    build(tree, build_dir)
+    with native_tree.drifted(drift.source, drift.pristine, drift.drifted):
+        drifted = native_tree.run_suite(drift.level, KERNEL_USE_TEST)
+        log = drifted.stdout + drifted.stderr
+        assert drifted.returncode == 1, log
+        failed = FAILED.findall(drifted.stdout)
+        assert failed and all("int8" in test for test in failed), log
+        assert f"under isa() = {drift.level}: gemm_s8: expected {drift.level}'s kernel, but {drift.lower}'s ran" in log
 
-    drifted = run_suite(tree, build_dir, site, drift.level, KERNEL_USE_TEST)
-    log = drifted.stdout + drifted.stderr
-    assert drifted.returncode == 1, log
-    failed = FAILED.findall(drifted.stdout)
-    assert failed and all("int8" in test for test in failed), log
-    assert f"under isa() = {drift.level}: gemm_s8: expected {drift.level}'s kernel, but {drift.lower}'s ran" in log
-
-    # What the counters caught, nothing else does: the int8 numbers are right.
-    numbers = run_suite(tree, build_dir, site, drift.level, "tests/kernels/test_fused_experts.py",
-                        "-k", "int8 and (prefill_rows or decode_long_rows)")
-    assert numbers.returncode == 0, numbers.stdout + numbers.stderr
+        # What the counters caught, nothing else does: the int8 numbers are right.
+        numbers = native_tree.run_suite(drift.level, "tests/kernels/test_fused_experts.py",
+                                        "-k", "int8 and (prefill_rows or decode_long_rows)")
+        assert numbers.returncode == 0, numbers.stdout + numbers.stderr
