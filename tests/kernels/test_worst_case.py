@@ -21,6 +21,8 @@ over; a level that lets one run longer than its type holds gives wrong numbers.
   a step: the shortest group a span of 5 steps or more would overflow) and 640.
 - 1 token (the decode paths) and 5 (AMX's tiles from 4 rows, i8mm's row pairs
   with an odd one); weights unpacked and packed.
+- INT8_W8A8 at K = 66,560 too (LONG_K): VNNI's biased u8 x s8 sum passes int32
+  there, and must come back exact.
 
 The largest intermediate of each accumulator, and why it cannot overflow, is
 tabled per level in the README ("Integer accumulators at their bounds").
