@@ -131,8 +131,8 @@ def prove(wheel: Path | None, sdist: Path | None, out: Path, asked_levels: str, 
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     python = make_venv(out) / "python"
-    if sdist is not None:
-        wheel = checked_wheel(build_from_sdist(python, sdist.resolve(), out), arch)
+    if sdist is not None:  # built here, not repaired (linux_<arch>): the bytes this record proves
+        wheel = build_from_sdist(python, sdist.resolve(), out)
     assert wheel is not None  # argparse requires --wheel or --sdist
     environment = describe(python, wheel, out)
     ladder, supported = environment["levels"], environment["supported"]
