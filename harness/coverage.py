@@ -93,8 +93,6 @@ UNREACHABLE = (
                 f"the default (best) level: every x86 run forces its level with {ENV_PREFIX}_ISA", arch="x86_64"),
     Unreachable("csrc/core/activations.h", r"^inline uint16_t to_bf16_bits\(float value\)",
                 "inlined at every use: gcov counts the out-of-line copy, which nothing calls"),
-    Unreachable("csrc/arch/x86/e4m3_bf16.h", r"return reinterpret_cast<__m512i>\(half\); \}\);",
-                "the exact fp8 widening of AMX tiles: this CPU has no AMX", arch="x86_64", missing_levels=("amx",)),
     Unreachable("csrc/core/methods.cpp", r'^default: return "unknown";',
                 "method_name is asked only of a method check_method accepted (0 to 4)"),
     *(Unreachable(path, text, "the fp8 line layout (kTiles16) and the fused fp8 GEMM are x86 levels' "
