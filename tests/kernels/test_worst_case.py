@@ -139,8 +139,12 @@ def _op(kwargs: dict, packed: bool) -> torch.Tensor:
     return moe_xarch.fused_experts(**kwargs)
 
 
-def _run(kwargs: dict, packed: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    return _op(kwargs, packed), reference.fused_experts(**kwargs)
+@functools.cache
+def _with_expected(method: MoeCompMethod, tokens: int, group: int = 32, zero_points: bool = True,
+                   k: int = K) -> tuple[dict, torch.Tensor]:
+    """worst_case_problem and the reference's output, once for both layouts (QEMU's time)."""
+    kwargs = worst_case_problem(method, tokens, group, zero_points, k)
+    return kwargs, reference.fused_experts(**kwargs)
 
 
 def _canary(tokens: int, packed: bool, *rest: object) -> list:
@@ -156,8 +160,8 @@ BOTH_LAYOUTS = (False, True)
     for t in TOKENS for p in BOTH_LAYOUTS])
 def test_int8_at_its_bounds(tokens: int, packed: bool) -> None:
     method = MoeCompMethod.INT8_W8A8
-    actual, expected = _run(worst_case_problem(method, tokens), packed)
-    assert_matches_reference(actual, expected, method, torch.bfloat16)
+    kwargs, expected = _with_expected(method, tokens)
+    assert_matches_reference(_op(kwargs, packed), expected, method, torch.bfloat16)
 
 
 # The u8 x s8 paths (VNNI's vpdpbusd: avx512 and, from tile-layout weights, avx512_bf16
@@ -168,16 +172,10 @@ def test_int8_at_its_bounds(tokens: int, packed: bool) -> None:
 LONG_K = 66_560  # the first multiple of 128 past 66,311
 
 
-@functools.cache
-def _long_k_problem() -> tuple[dict, torch.Tensor]:
-    kwargs = worst_case_problem(MoeCompMethod.INT8_W8A8, 1, k=LONG_K)
-    return kwargs, reference.fused_experts(**kwargs)
-
-
 @pytest.mark.parametrize("packed", BOTH_LAYOUTS, ids=["unpacked", "packed"])
 def test_int8_past_the_biased_sums_int32_range(packed: bool) -> None:
     method = MoeCompMethod.INT8_W8A8
-    kwargs, expected = _long_k_problem()
+    kwargs, expected = _with_expected(method, 1, k=LONG_K)
     assert_matches_reference(_op(kwargs, packed), expected, method, torch.bfloat16)
 
 
@@ -186,9 +184,8 @@ def test_int8_past_the_biased_sums_int32_range(packed: bool) -> None:
     for t in TOKENS for p in BOTH_LAYOUTS for g in GROUPS])
 def test_int4_at_its_bounds(tokens: int, packed: bool, groups: str) -> None:
     method = MoeCompMethod.INT4_W4A8
-    group, zero_points = GROUPS[groups]
-    actual, expected = _run(worst_case_problem(method, tokens, group, zero_points), packed)
-    assert_matches_reference(actual, expected, method, torch.bfloat16)
+    kwargs, expected = _with_expected(method, tokens, *GROUPS[groups])
+    assert_matches_reference(_op(kwargs, packed), expected, method, torch.bfloat16)
 
 
 def _dequantized(kwargs: dict, name: str, expert: int) -> torch.Tensor:
