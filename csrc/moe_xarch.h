@@ -31,9 +31,11 @@ at::Tensor convert_weight_packed(const at::Tensor& weight, int64_t moe_comp_meth
 
 int64_t packed_nbytes(int64_t rows, int64_t cols, at::ScalarType dtype);
 
-// The kernel path in use ("avx512_bf16", "neon", ...) and every path this CPU can run.
+// The kernel path in use ("avx512_bf16", "neon", ...), every path this CPU can run,
+// and every path this build carries, lowest first.
 std::string isa();
 std::vector<std::string> supported_isas();
+std::vector<std::string> isa_levels();
 
 // The kernels that ran since the library loaded, as JSON {"kind": {"level": calls}}:
 // the level is the one whose code ran (csrc/core/kernel_use.h).

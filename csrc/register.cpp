@@ -22,6 +22,7 @@ TORCH_LIBRARY(moe_xarch, m) {
   m.def(moe_xarch::schema::packed_nbytes_schema);
   m.def(moe_xarch::schema::isa_schema);
   m.def(moe_xarch::schema::supported_isas_schema);
+  m.def(moe_xarch::schema::isa_levels_schema);
   m.def(moe_xarch::schema::kernel_use_schema);
 }
 
@@ -36,5 +37,6 @@ TORCH_LIBRARY_IMPL(moe_xarch, CompositeExplicitAutograd, m) {
   MOE_XARCH_IMPL(m, packed_nbytes, moe_xarch::packed_nbytes);
   MOE_XARCH_IMPL(m, isa, moe_xarch::isa);
   MOE_XARCH_IMPL(m, supported_isas, moe_xarch::supported_isas);
+  MOE_XARCH_IMPL(m, isa_levels, moe_xarch::isa_levels);
   MOE_XARCH_IMPL(m, kernel_use, moe_xarch::kernel_use);
 }

@@ -10,25 +10,11 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 import platform
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-
-# The library's refusal of an unknown MOE_XARCH_ISA lists every level it carries,
-# lowest first (csrc/core/dispatch.cpp): the one place the built library names them all.
-LADDER_PREFIX = "choose one of: "
-
-
-def ladder_from_refusal(message: str) -> list[str]:
-    """The levels the refusal of an unknown level names, or [] if it names none."""
-    start = message.find(LADDER_PREFIX)
-    if start < 0:
-        return []
-    names = message[start + len(LADDER_PREFIX):].splitlines()[0]
-    return [name.strip() for name in names.split(",") if name.strip()]
 
 
 def cpu_description(cpuinfo: str) -> tuple[str, list[str]]:
@@ -59,20 +45,13 @@ def os_name() -> str:
 
 
 def describe(package: str) -> dict[str, object]:
-    # Asked before the first call that selects a level, which reads the variable once.
-    os.environ[f"{package.upper()}_ISA"] = "?"
     module = importlib.import_module(package)
     import torch
 
-    try:
-        module.isa()
-        levels: list[str] = []
-    except RuntimeError as error:
-        levels = ladder_from_refusal(str(error))
     cpuinfo = Path("/proc/cpuinfo")
     cpu, flags = cpu_description(cpuinfo.read_text() if cpuinfo.exists() else "")
     return {
-        "levels": levels,
+        "levels": list(module.isa_levels()),
         "supported": list(module.supported_isas()),
         "torch": torch.__version__,
         "python": platform.python_version(),

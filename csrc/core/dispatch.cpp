@@ -10,13 +10,17 @@
 namespace moe_xarch {
 namespace {
 
-std::string level_names(const std::vector<IsaLevel>& ladder, bool supported_only) {
-  std::string names;
-  for (const IsaLevel& level : ladder) {
-    if (supported_only && !level.supported) continue;
-    names += names.empty() ? "" : ", ";
-    names += level.name;
+std::vector<std::string> level_list(bool supported_only) {
+  std::vector<std::string> names;
+  for (const IsaLevel& level : isa_ladder()) {
+    if (!supported_only || level.supported) names.emplace_back(level.name);
   }
+  return names;
+}
+
+std::string level_names(bool supported_only) {
+  std::string names;
+  for (const std::string& name : level_list(supported_only)) names += (names.empty() ? "" : ", ") + name;
   return names;
 }
 
@@ -38,12 +42,12 @@ Selected select_level() {
   for (const IsaLevel& level : ladder) {
     if (std::string(level.name) != forced) continue;
     TORCH_CHECK(level.supported, "MOE_XARCH_ISA=", forced,
-                " is not supported by this CPU; it supports: ", level_names(ladder, true));
+                " is not supported by this CPU; it supports: ", level_names(true));
     return {level.name, &level.kernels()};
   }
   TORCH_CHECK(false, "MOE_XARCH_ISA=", forced,
               " names no kernel path of this architecture; choose one of: ",
-              level_names(ladder, false));
+              level_names(false));
 }
 
 const Selected& selected_level() {
@@ -58,12 +62,8 @@ const KernelSet& active_kernels() { return *selected_level().kernels; }
 
 std::string isa() { return selected_level().name; }
 
-std::vector<std::string> supported_isas() {
-  std::vector<std::string> names;
-  for (const IsaLevel& level : isa_ladder()) {
-    if (level.supported) names.emplace_back(level.name);
-  }
-  return names;
-}
+std::vector<std::string> supported_isas() { return level_list(true); }
+
+std::vector<std::string> isa_levels() { return level_list(false); }
 
 }  // namespace moe_xarch

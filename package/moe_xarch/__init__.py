@@ -16,6 +16,7 @@ from .ops import (  # noqa: E402  (the ops exist only once the library is loaded
     convert_weight_packed,
     fused_experts,
     isa,
+    isa_levels,
     kernel_use,
     supported_isas,
 )
@@ -28,6 +29,7 @@ __all__ = [
     "convert_weight_packed",
     "fused_experts",
     "isa",
+    "isa_levels",
     "kernel_use",
     "supported_isas",
 ]

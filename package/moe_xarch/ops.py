@@ -112,6 +112,11 @@ def supported_isas() -> list[str]:
     return list(torch.ops.moe_xarch.supported_isas())
 
 
+def isa_levels() -> list[str]:
+    """Every kernel path this build carries, lowest first, whether this CPU runs it or not."""
+    return list(torch.ops.moe_xarch.isa_levels())
+
+
 KernelUse = dict[str, dict[str, int]]
 """Calls per kernel kind and per level whose code ran: {"gemm_s8": {"i8mm": 12, "dotprod": 3}}."""
 

@@ -57,13 +57,6 @@ def test_a_wrong_wheel_is_refused_without_a_traceback(tmp_path):
     assert result.stderr == f"prove: --wheel {wheel.name}: not a moe_xarch wheel for this machine's {host.arch()}\n"
 
 
-def test_the_ladder_is_read_from_the_librarys_refusal_of_an_unknown_level():
-    message = ("MOE_XARCH_ISA=? names no kernel path of this architecture; choose one of: generic, avx2, avx512, "
-               "avx512_bf16, amx\nException raised from select_level at csrc/core/dispatch.cpp:45")
-    assert environment.ladder_from_refusal(message) == X86
-    assert environment.ladder_from_refusal("some other error") == []
-
-
 def test_the_cpu_is_named_with_its_flags():
     x86 = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu avx2 amx_tile\n\n" \
           "processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nflags\t\t: fpu avx2 amx_tile\n"
