@@ -69,12 +69,10 @@ WeightTile ExpertGemm::tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, i
       uint16_t* out = scratch.weights_bf16.get() + slot * a_ld;
       // e4m3 fits bf16 exactly; a block scale folded in would round every weight to 8 bits.
       const Fp8ToBF16Fn fp8_to_bf16 = kernels_.fp8_to_bf16;
-      const auto fp8_unscaled = [fp8_to_bf16](int64_t cols, const uint8_t* src, const float*, int64_t,
-                                              uint16_t* dst) {
-        static constexpr float kOne = 1.f;
-        fp8_to_bf16(cols, src, &kOne, cols, dst);
+      const auto fp8_exact = [fp8_to_bf16](int64_t cols, const uint8_t* src, const float*, int64_t, uint16_t* dst) {
+        fp8_to_bf16(cols, src, dst);
       };
-      widen_rows(base, ld, expert, r0, r1, a_ld, out, fp8_unscaled, kernels_.mxfp4_to_bf16, to_bf16_bits);
+      widen_rows(base, ld, expert, r0, r1, a_ld, out, fp8_exact, kernels_.mxfp4_to_bf16, to_bf16_bits);
       if (w_.dtype == at::kFloat8_e4m3fn) {
         t.fp8_scales = {w_.block_scale + expert * w_.scale_rows * w_.scale_cols, w_.scale_cols, r0, p_.block_n,
                         p_.block_k};

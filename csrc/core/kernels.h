@@ -37,11 +37,11 @@ using GemmS8Fn = void (*)(int64_t m, int64_t n, int64_t k, const int8_t* a, int6
                           const float* a_scale, const int8_t* b, int64_t ldb,
                           const float* b_scale, const int32_t* b_sum, float* c, int64_t ldc);
 
-// One row of fp8 e4m3 weights times its block scales, widened for a GEMM:
-//     dst[c] = e4m3(src[c]) * scale[c / block_k] for c < cols,
-// rounded to bf16 (nearest even) or stored as fp32.
-using Fp8ToBF16Fn = void (*)(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
-                             uint16_t* dst);
+// One row of fp8 e4m3 weights widened for a GEMM. To bf16 exactly (e4m3 is a
+// subset of bf16; the driver applies block scales to each block of K's sums):
+//     dst[c] = e4m3(src[c]) for c < cols;
+// to fp32 times its block scales: dst[c] = e4m3(src[c]) * scale[c / block_k].
+using Fp8ToBF16Fn = void (*)(int64_t cols, const uint8_t* src, uint16_t* dst);
 using Fp8ToF32Fn = void (*)(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
                             float* dst);
 
@@ -104,8 +104,7 @@ using QuantizeRowFn = void (*)(int64_t n, const float* x, int8_t* q, float* scal
 using AddWeightedFn = void (*)(int64_t n, float weight, const float* c, const float* bias, float* dst);
 
 // The portable fp8 conversions: what a level without its own uses.
-void fp8_to_bf16_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
-                         uint16_t* dst);
+void fp8_to_bf16_generic(int64_t cols, const uint8_t* src, uint16_t* dst);
 void fp8_to_f32_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
                         float* dst);
 

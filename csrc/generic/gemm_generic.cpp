@@ -40,12 +40,6 @@ float e4m3_to_float(uint8_t bits) {
   return bits & 0x80 ? -value : value;
 }
 
-template <class T, class Convert>
-void fp8_row(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, T* dst,
-              Convert convert) {
-  for (int64_t c = 0; c < cols; ++c) dst[c] = convert(e4m3_to_float(src[c]) * scale[c / block_k]);
-}
-
 void gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
               int64_t ldb, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmF32);
@@ -85,16 +79,15 @@ void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, cons
 
 }  // namespace
 
-void fp8_to_bf16_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
-                         uint16_t* dst) {
+void fp8_to_bf16_generic(int64_t cols, const uint8_t* src, uint16_t* dst) {
   MOE_KERNEL_USE(kFp8ToBF16);
-  fp8_row(cols, src, scale, block_k, dst, float_to_bf16);
+  for (int64_t c = 0; c < cols; ++c) dst[c] = float_to_bf16(e4m3_to_float(src[c]));
 }
 
 void fp8_to_f32_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
                         float* dst) {
   MOE_KERNEL_USE(kFp8ToF32);
-  fp8_row(cols, src, scale, block_k, dst, [](float v) { return v; });
+  for (int64_t c = 0; c < cols; ++c) dst[c] = e4m3_to_float(src[c]) * scale[c / block_k];
 }
 
 void silu_and_mul_generic(int64_t n, const float* gate, const float* up, const float* gate_bias,

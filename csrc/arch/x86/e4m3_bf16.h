@@ -127,20 +127,6 @@ struct E4m3ToBF16 {
   }
 };
 
-// bf16 bits (16 of them, in 256 bits) as fp32.
-MOE_X86_INLINE __m512 bf16_to_f32(__m256i bits) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
-}
-
-// 32 e4m3 bytes (the first `lanes`) as bf16 values times scale: widened
-// exactly, multiplied in fp32, rounded to bf16 once.
-MOE_X86_INLINE __m512i fp8_scaled_bf16(const E4m3ToBF16& e4m3_to_bf16, const uint8_t* src, __mmask32 lanes,
-                                       __m512 scale) {
-  const __m512i w = reinterpret_cast<__m512i>(e4m3_to_bf16.first32(src, lanes));
-  const __m512 lo = _mm512_mul_ps(bf16_to_f32(_mm512_extracti64x4_epi64(w, 0)), scale);
-  const __m512 hi = _mm512_mul_ps(bf16_to_f32(_mm512_extracti64x4_epi64(w, 1)), scale);
-  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
-}
 // One 16-row block of fp8 b in the line layout (fp8_line_byte), every line
 // that k reaches rounded up to 32 values (the layout's padding is zeros),
 // widened exactly into bf16 in the tile layout (core/packed_layout.h): line q

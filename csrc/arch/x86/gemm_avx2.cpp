@@ -264,9 +264,11 @@ void fp8_row(int64_t cols, const uint8_t* src, const float* scale, int64_t block
   }
 }
 
-void fp8_to_bf16(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, uint16_t* dst) {
+// One block of scale 1: exact, as bf16 holds every e4m3 value.
+void fp8_to_bf16(int64_t cols, const uint8_t* src, uint16_t* dst) {
   MOE_KERNEL_USE(kFp8ToBF16);
-  fp8_row(cols, src, scale, block_k, dst);
+  static constexpr float kUnscaled = 1.f;
+  fp8_row(cols, src, &kUnscaled, cols, dst);
 }
 
 // The fused fp8 GEMM's tiles, for few rows of a: b widened in registers

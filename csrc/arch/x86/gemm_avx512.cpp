@@ -212,10 +212,12 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, 
   x86::gemm_float<BF16, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc);
 }
 
-// fp32 to bf16, rounding to nearest even (the values are finite or quiet NaN).
-void fp8_to_bf16(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, uint16_t* dst) {
+// One block of scale 1: exact, as bf16 holds every e4m3 value; fp32 to bf16
+// rounding to nearest even all the same (the values are finite or quiet NaN).
+void fp8_to_bf16(int64_t cols, const uint8_t* src, uint16_t* dst) {
   MOE_KERNEL_USE(kFp8ToBF16);
-  x86::fp8_row_avx512(cols, src, scale, block_k, dst, [](uint16_t* d, __m512 v, __mmask16 lanes) {
+  static constexpr float kUnscaled = 1.f;
+  x86::fp8_row_avx512(cols, src, &kUnscaled, cols, dst, [](uint16_t* d, __m512 v, __mmask16 lanes) {
     const __m512i bits = _mm512_castps_si512(v);
     const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
     const __m512i rounded = _mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));

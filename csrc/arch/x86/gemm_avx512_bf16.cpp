@@ -143,18 +143,14 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, 
 // hardware prefetcher alone.
 constexpr int64_t kWidenAhead = 1024;
 
-// 32 values at a time (x86::fp8_scaled_bf16).
-void fp8_to_bf16(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, uint16_t* dst) {
+// 32 values at a time, by the lookup alone: bf16 holds every e4m3 value.
+void fp8_to_bf16(int64_t cols, const uint8_t* src, uint16_t* dst) {
   MOE_KERNEL_USE(kFp8ToBF16);
   const x86::E4m3ToBF16 e4m3_to_bf16;
-  for (int64_t c0 = 0; c0 < cols; c0 += block_k) {
-    const int64_t c1 = cols - c0 < block_k ? cols : c0 + block_k;
-    const __m512 s = _mm512_set1_ps(scale[c0 / block_k]);
-    for (int64_t c = c0; c < c1; c += 32) {
-      const __mmask32 lanes = c1 - c >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1ull << (c1 - c)) - 1);
-      if (c % 64 == 0) __builtin_prefetch(src + c + kWidenAhead, 0, 3);
-      _mm512_mask_storeu_epi16(dst + c, lanes, x86::fp8_scaled_bf16(e4m3_to_bf16, src + c, lanes, s));
-    }
+  for (int64_t c = 0; c < cols; c += 32) {
+    const __mmask32 lanes = cols - c >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1ull << (cols - c)) - 1);
+    if (c % 64 == 0) __builtin_prefetch(src + c + kWidenAhead, 0, 3);
+    _mm512_mask_storeu_epi16(dst + c, lanes, reinterpret_cast<__m512i>(e4m3_to_bf16.first32(src + c, lanes)));
   }
 }
 
