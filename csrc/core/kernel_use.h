@@ -22,35 +22,19 @@
 
 namespace moe_xarch::counting {
 
+// Kind::kGemmF32 and so on, and the names the Python API reports, from one list.
 enum class Kind : int {
-  kGemmF32,
-  kGemmBF16,
-  kGemmS8,
-  kGemmBF16Fp8,
-  kGemmBF16Tiles,
-  kGemmS8Tiles,
-  kGemmBF16Fp8Tiles,
-  kFp8ToBF16,
-  kFp8ToF32,
-  kGemmW4A8,
-  kMxfp4ToBF16,
-  kMxfp4ToF32,
-  kGemmBF16Mxfp4,
-  kSiluAndMul,
-  kSwiglu,
-  kQuantizeRowS8,
-  kAddWeighted,
-  kPackRows,
-  kPackTiles,
+#define MOE_KERNEL_KIND(kind, name) kind,
+#include "core/kernel_kinds.def"
+#undef MOE_KERNEL_KIND
 };
-inline constexpr int kKinds = static_cast<int>(Kind::kPackTiles) + 1;
 
-// The names the Python API reports, in Kind order.
-inline constexpr const char* kKindNames[kKinds] = {
-    "gemm_f32", "gemm_bf16", "gemm_s8", "gemm_bf16_fp8", "gemm_bf16_tiles", "gemm_s8_tiles",
-    "gemm_bf16_fp8_tiles", "fp8_to_bf16", "fp8_to_f32", "gemm_w4a8", "mxfp4_to_bf16",
-    "mxfp4_to_f32", "gemm_bf16_mxfp4", "silu_and_mul", "swiglu",
-    "quantize_row_s8", "add_weighted", "pack_rows", "pack_tiles"};
+inline constexpr const char* kKindNames[] = {
+#define MOE_KERNEL_KIND(kind, name) name,
+#include "core/kernel_kinds.def"
+#undef MOE_KERNEL_KIND
+};
+inline constexpr int kKinds = sizeof(kKindNames) / sizeof(kKindNames[0]);
 
 // Every architecture's levels (isa() names), and "core": the driver's own
 // code, compiled for the baseline, which no level selects (packing).
