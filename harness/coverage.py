@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -35,8 +34,8 @@ from pathlib import Path
 from harness import console, containers, cross, host, images, suite
 from harness.paths import COVERAGE_BUILD, COVERAGE_REPORTS, IMAGE_CONTEXTS, REPO
 from harness.project import ENV_PREFIX, SUPPORTED_ISAS
+from harness.runners import SuiteRun, runner_for, selections
 from harness.targets import ARCHES, Target, load_targets, select
-from harness.verdict import designated
 
 GCOVR = "gcovr==8.8"
 KERNEL_FILES = ("csrc/arch/*/gemm_*.cpp", "csrc/generic/gemm_*.cpp", "csrc/arch/*/*.h", "csrc/core/*.cpp",
@@ -395,12 +394,6 @@ class Outcome:
     failed: list[str] = dataclasses.field(default_factory=list)  # runs whose suite failed
 
 
-def _workers(runner: str) -> list[str]:
-    """pytest-xdist kills a worker that takes over 10 s to exit, before gcov writes its counts:
-    under QEMU exits are that slow, so emulated runs keep the tests in pytest's own process."""
-    return ["-n", str(os.cpu_count() or 1) if runner == "native" else "0"]
-
-
 def _fresh(directory: Path) -> Path:
     shutil.rmtree(directory, ignore_errors=True)  # counts of an older build would not match its notes
     directory.mkdir(parents=True)
@@ -408,12 +401,6 @@ def _fresh(directory: Path) -> Path:
 
 
 BUILDER = "coverage"  # what the plan's run ids name as the wheel's maker
-
-
-def _selections(runs: Sequence[suite.SuiteRun]) -> dict[str, list[str]]:
-    """Each run's marker expression (by run name), as the test sessions plan them."""
-    scopes = designated(run.run_id(BUILDER) for run in runs)
-    return {run.name: suite.marker_expression("full", scopes[run.run_id(BUILDER)]) for run in runs}
 
 
 def native_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], outcome: Outcome) -> None:
@@ -428,13 +415,14 @@ def native_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], outco
         if level not in supported:
             outcome.not_run[f"{target.arch} {level}"] = "this CPU lacks it"
     runs = outcome.runs.setdefault(target.arch, {})
-    planned = suite.planned_runs(target, supported)
-    selections = _selections(planned)
+    runner = runner_for(target)
+    planned = runner.runs(target, supported)
+    selected = selections(planned, BUILDER)
     for run in planned:
         gcda = _fresh(COVERAGE_REPORTS / target.arch / run.isa)
         env = {**dict(run.env), **gcov_env(str(gcda), build_dir)}
-        command = [python, "-m", "pytest", "tests/kernels", "-p", "no:cacheprovider", *_workers(target.runner),
-                   *selections[run.name], *pytest_args]
+        command = [python, "-m", "pytest", "tests/kernels", "-p", "no:cacheprovider", *runner.coverage_workers(),
+                   *selected[run.name], *pytest_args]
         code = console.run_streamed(command, f"coverage {run.name}", env=env, cwd=REPO, check=False)
         if code != 0:
             outcome.failed.append(f"{target.arch} {run.isa}")
@@ -443,7 +431,7 @@ def native_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], outco
 
 def emulated_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], outcome: Outcome) -> None:
     """Cross-built instrumented wheel, then the suite under each CPU model in the test image,
-    the models side by side (each in one process: see _workers)."""
+    the models side by side (each in one process: runners.Qemu.coverage_workers)."""
     build_dir = COVERAGE_BUILD / target.arch
     host.ensure_host(host.Needs.of([target]))  # Docker, QEMU's registration, debootstrap, as the test sessions do
     containers.remove_stale()
@@ -454,16 +442,17 @@ def emulated_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], out
         f"build {target.arch} coverage", env=cross.cross_env(REPO, target, cross.torch_dir(target)))
     (wheel,) = wheels.glob("*.whl")
     image = images.ensure_images(target, IMAGE_CONTEXTS, console.StepLog(), upto="test")["test"].tag
-    planned = suite.planned_runs(target)
-    selections = _selections(planned)
+    runner = runner_for(target)
+    planned = runner.runs(target, [])
+    selected = selections(planned, BUILDER)
 
-    def one_run(run: suite.SuiteRun) -> tuple[suite.SuiteRun, int | None]:
+    def one_run(run: SuiteRun) -> tuple[SuiteRun, int | None]:
         report_dir = _fresh(COVERAGE_REPORTS / target.arch / run.isa)
         counted = dataclasses.replace(run, env=(*run.env, *gcov_env("/report/gcda", build_dir).items()))
         name = containers.container_name("coverage", run.name)
         command = suite.docker_run_command(
             counted, image=image, wheel=wheel, repo=REPO, report_dir=report_dir, name=name,
-            pytest_args=[*_workers(target.runner), *selections[run.name], *pytest_args])
+            pytest_args=[*runner.coverage_workers(), *selected[run.name], *pytest_args])
         start = time.monotonic()
         try:
             code = console.run_streamed(command, f"coverage {run.name}", check=False,
@@ -486,8 +475,8 @@ def main(bin_dir: Path, arches: Sequence[str], pytest_args: Sequence[str]) -> bo
     """Every selected target's runs, then the report; True when every gap is explained."""
     outcome = Outcome()
     for target in select(load_targets(), list(arches)):
-        runner = native_runs if target.runner == "native" else emulated_runs
-        runner(target, bin_dir, pytest_args, outcome)
+        run_target = emulated_runs if runner_for(target).emulated else native_runs
+        run_target(target, bin_dir, pytest_args, outcome)
     found = [gap for arch, runs in outcome.runs.items() for gap in gaps(arch, runs)]
     for arch, runs in outcome.runs.items():
         outcome.not_run.update(unchecked(arch, runs))

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from harness import build, builders, console, containers, gate, host, images, ladders, suite, summary, verdict
+from harness.runners import STAGES, runner_for
 from harness.errors import HarnessError
 from harness.paths import DOCKER, IMAGE_CONTEXTS, PYPROJECT, REPO, REPORTS, WHEEL_CACHE, WHEELHOUSE
 from harness.records import record_tested
@@ -166,7 +167,7 @@ def matrix(posargs: Sequence[str], tools: Tools) -> bool:
                 # a time (dpkg, pip): in the background they overlap the native target's
                 # work. Its own turn waits for them (a lock per image) and finds them made.
                 for target in targets:
-                    if target.runner == "qemu":
+                    if runner_for(target).emulated:
                         background.submit(_background_images, target, steps)
             for batch in batches(planned, _images_made):
                 records += _build_then_stages(batch, tools, options, steps, allowed)
@@ -198,7 +199,7 @@ def batches(planned: list[tuple[Target, str]], images_made: Callable[[Target], b
     """The builds in the order the matrix takes them: an emulated target whose images
     are still to be made (in the background) comes in a later batch, so that the
     others' suites overlap the making; with every image made, one batch."""
-    waiting = {target.arch for target, _ in planned if target.runner == "qemu" and not images_made(target)}
+    waiting = {target.arch for target, _ in planned if runner_for(target).emulated and not images_made(target)}
     first = [(target, builder) for target, builder in planned if target.arch not in waiting]
     later = [(target, builder) for target, builder in planned if target.arch in waiting]
     return [batch for batch in (first, later) if batch]
@@ -215,10 +216,10 @@ def _build_then_stages(batch: list[tuple[Target, str]], tools: Tools, options: O
         except Exception as error:
             records.append(_could_not(target, builder, error, "full"))
     canary = CanaryReport(allowed)
-    for stage in suite.STAGES:
+    for stage in STAGES:
         # Canaries for the emulated targets only: there an early report saves minutes; a
         # native target's full suites come next and take about a minute per level.
-        order = [built for built in wheels if built[0].runner == "qemu"] if stage == "canary" else wheels
+        order = [built for built in wheels if runner_for(built[0]).emulated] if stage == "canary" else wheels
         on_run = canary.run_ended if stage == "canary" else None
         for target, builder, wheel in order:
             try:

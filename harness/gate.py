@@ -20,6 +20,7 @@ from typing import Any
 from harness.build import wheel_matches
 from harness.errors import HarnessError
 from harness.records import load_records, sha256, write_json_atomically
+from harness.runners import runner_for
 from harness.targets import Target, load_targets
 from harness.verdict import EVERY_RUN, Allowed, Outcome, RunId, compare
 
@@ -74,7 +75,7 @@ def problems(target: Target, mine: Sequence[Mapping[str, Any]], untested: Mappin
         found.append("no record names the levels it ships (no run got as far as installing it)")
     elif len(ladders) > 1:
         found.append(f"its records disagree on the levels it ships: {' / '.join(map(', '.join, sorted(ladders)))}")
-    if target.runner == "qemu":
+    if runner_for(target).emulated:
         passed = {(run["cpu"], run["isa"]) for record in mine for run in record["runs"] if run["result"] == "passed"}
         found += [f"CPU model {model.name} ({model.isa}) was not tested"
                   for model in target.cpu_models if (model.name, model.isa) not in passed]

@@ -19,6 +19,7 @@ from typing import Any
 
 from harness import builders
 from harness.paths import PYPROJECT
+from harness.runners import runner_for
 from harness.targets import Target, load_targets
 
 # GitHub's hosted runner images per architecture.
@@ -36,7 +37,7 @@ def matrix(targets: Mapping[str, Target]) -> dict[str, Any]:
         {"arch": arch, "os": EMULATING_RUNNER, "test-session": target.test_session, "mode": "qemu",
          "builder": builder, "cpu-models": " ".join(model.name for model in target.cpu_models)}
         for arch, target in targets.items()
-        if target.runner == "qemu"
+        if runner_for(target).emulated
         for builder in target.builders
     ]
     return {"native": {"include": native}, "emulated": {"include": emulated}}

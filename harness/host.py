@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from harness.errors import HarnessError
 from harness.project import NAME
+from harness.runners import runner_for
 
 if TYPE_CHECKING:
     from harness.targets import Target
@@ -81,7 +82,7 @@ class Needs:
         """What building and testing these targets in containers takes of the host."""
         targets = list(targets)
         return cls(debootstrap=any(not t.base_image for t in targets),
-                   emulated_arches=tuple(t.arch for t in targets if t.runner == "qemu"))
+                   emulated_arches=tuple(t.arch for t in targets if runner_for(t).emulated))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from harness.paths import PACKAGE_SOURCES
 from harness.project import PACKAGE
+from harness.runners import runner_for
 from harness.targets import TableError, Target
 
 DECLARATION = PACKAGE_SOURCES / PACKAGE / "expected_kernels.py"
@@ -34,7 +35,7 @@ def declared_ladders(path: Path = DECLARATION) -> Mapping[str, tuple[str, ...]]:
 
 def selected(target: Target) -> dict[str, str]:
     """level -> the table's run that selects it."""
-    if target.runner == "native":
+    if not runner_for(target).emulated:
         return {level: "the host, where it has it" for level in target.isa_levels}
     return {model.isa: f"CPU model {model.name}" for model in target.cpu_models}
 

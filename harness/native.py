@@ -13,6 +13,7 @@ from typing import Protocol
 from harness import host
 from harness.errors import HarnessError
 from harness.project import ENV_PREFIX, SUPPORTED_ISAS
+from harness.runners import NATIVE
 from harness.targets import load_targets
 
 
@@ -32,12 +33,11 @@ class Session(Protocol):
 
 
 def suite_runs(levels: Sequence[str], pytest_args: Sequence[str]) -> list[tuple[dict[str, str], list[str]]]:
-    """(environment, command) for each level: the level forced, and asserted by the suite."""
+    """(environment, command) for each level, as the native back-end runs it."""
     return [
         (
             # Natively there is time for the whole matrix, not only its covering array.
-            {f"{ENV_PREFIX}_ISA": level, f"{ENV_PREFIX}_EXPECT_ISA": level,
-             f"{ENV_PREFIX}_TEST_STRENGTH": "full"},
+            {**dict(NATIVE.env(level)), f"{ENV_PREFIX}_TEST_STRENGTH": "full"},
             ["python", "-m", "pytest", "tests/kernels", "-p", "no:cacheprovider", *pytest_args],
         )
         for level in levels

@@ -35,10 +35,11 @@ from harness.errors import HarnessError
 from harness.paths import DOCKER, PYPROJECT, REPO
 from harness.project import PACKAGE
 from harness.records import ENVIRONMENT, make_record, record_name, write_json_atomically
-from harness.suite import RunRecord, marker_expression, planned_runs, record_run
+from harness.runners import NATIVE, runner_for, selections
+from harness.suite import RunRecord, record_run
 from harness.summary import write_summary
 from harness.targets import Target, load_targets
-from harness.verdict import designated, load_allowed
+from harness.verdict import load_allowed
 
 NEEDED = ("torch", "pytest", "xdist", "hypothesis")
 PRODUCER = "prove"
@@ -104,7 +105,7 @@ def levels_to_run(ladder: Sequence[str], supported: Sequence[str], asked: str) -
 
 def native_target(target: Target, levels: Sequence[str]) -> Target:
     """The target as this machine runs it: natively, one run per level."""
-    return dataclasses.replace(target, runner="native", isa_levels=tuple(levels), cpu_models=())
+    return dataclasses.replace(target, runner=NATIVE.name, isa_levels=tuple(levels), cpu_models=())
 
 
 def checked_wheel(wheel: Path, arch: str) -> Path:
@@ -140,25 +141,25 @@ def prove(wheel: Path | None, sdist: Path | None, out: Path, asked_levels: str, 
     target = native_target(targets[arch], levels)
     print(f"{wheel.name} carries {', '.join(ladder)}; this CPU ({environment['cpu']}) runs "
           f"{', '.join(supported)}; testing {', '.join(levels)}", flush=True)
-    runs = {run.isa: run for run in planned_runs(target, levels)}
-    scopes = designated(run.run_id("") for run in runs.values())
+    runs = {run.isa: run for run in runner_for(target).runs(target, levels)}
+    selected = selections(list(runs.values()), "")
     path_env = {"PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}",
                 "VIRTUAL_ENV": str(python.parent.parent)}
     steps = console.StepLog()
     records = []
     for level in ladder:  # a level --levels leaves out has no record at all
         if level not in supported:
-            records.append(RunRecord(arch, "native", "host", level, "", None, 0.0, ""))
+            records.append(RunRecord(arch, target.runner, "host", level, "", None, 0.0, ""))
         elif run := runs.get(level):
             report_dir = out / "runs" / run.name
             shutil.rmtree(report_dir, ignore_errors=True)
             report_dir.mkdir(parents=True)
             command = ["bash", str(DOCKER / "run-kernel-suite.sh"), str(wheel), str(report_dir), "-n", str(jobs),
-                       *marker_expression("full", scopes[run.run_id("")])]
+                       *selected[run.name]]
             with steps.step(f"test {arch} host {level}"):
                 records.append(record_run(run, "", command, report_dir, env={**path_env, **dict(run.env)}, cwd=REPO))
     ok = write_summary(records, steps, out, load_allowed(PYPROJECT, targets))
-    record = make_record(wheel, arch, "native", "", PRODUCER, records)
+    record = make_record(wheel, arch, target.runner, "", PRODUCER, records)
     path = out / record_name(record)
     write_json_atomically(path, record, "python -m harness.prove")
     print(f"record: {path}\nadd it where the wheel is published from: nox -s records -- add {path}", flush=True)

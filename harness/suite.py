@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -21,16 +20,14 @@ from pathlib import Path
 
 from harness import console, containers
 from harness.paths import DOCKER
-from harness.project import ENV_PREFIX, SUPPORTED_ISAS
+from harness.project import SUPPORTED_ISAS
+from harness.runners import SuiteRun, runner_for, selections
 from harness.targets import Target
-from harness.verdict import SCOPE_MARKERS, RunId, designated
 from harness.wheels import requirement_lines
 
 # Under QEMU an import of torch takes about 9 s and the suite minutes; a hung
 # run must not hold CI until its own limit.
 RUN_TIMEOUT_SECONDS = 40 * 60
-# The marker expression of each stage: the canary selection first (emulated targets), then the full suite.
-STAGES = {"canary": "canary", "full": ""}
 CANARY_TIMEOUT_SECONDS = 10 * 60
 
 
@@ -40,44 +37,6 @@ def host_test_requirements(docker_dir: Path = DOCKER) -> list[str]:
     runs tests/kernels natively (numpy: torch warns at import without it)."""
     pinned = requirement_lines(docker_dir / "requirements-test.txt")
     return [line for line in pinned if line.split("==")[0] != "pip"]
-
-
-@dataclasses.dataclass(frozen=True)
-class SuiteRun:
-    target: Target
-    cpu: str  # the QEMU CPU model, or "host" for a native run
-    isa: str  # the kernel path the run must select
-    env: tuple[tuple[str, str], ...]
-
-    @property
-    def name(self) -> str:
-        return f"{self.target.arch}-{self.cpu}-{self.isa}"
-
-    def run_id(self, builder: str) -> RunId:
-        return RunId(self.target.arch, builder, self.cpu, self.isa)
-
-
-def planned_runs(target: Target, supported_isas: list[str] | None = None) -> list[SuiteRun]:
-    """Emulated: one run per CPU model. Native: one per table ISA level the CPU supports."""
-    if target.runner == "qemu":
-        return [
-            SuiteRun(target, model.name, model.isa,
-                     (("QEMU_CPU", model.qemu_cpu), (f"{ENV_PREFIX}_EXPECT_ISA", model.isa)))
-            for model in target.cpu_models
-        ]
-    supported = supported_isas or []
-    return [
-        SuiteRun(target, "host", level, ((f"{ENV_PREFIX}_ISA", level), (f"{ENV_PREFIX}_EXPECT_ISA", level)))
-        for level in target.isa_levels
-        if level in supported
-    ]
-
-
-def marker_expression(stage: str, scopes: tuple[str, ...]) -> list[str]:
-    """pytest's -m for a run of the stage that runs the tests of ``scopes``."""
-    terms = [STAGES[stage], *(f"not {marker}" for marker, scope in SCOPE_MARKERS.items() if scope not in scopes)]
-    expression = " and ".join(term for term in terms if term)
-    return ["-m", expression] if expression else []
 
 
 def _mounts(repo: Path, wheel: Path) -> list[str]:
@@ -148,7 +107,7 @@ class RunRecord:
     report_dir: str
     failure: str = ""  # set when the run could not start (no image, no wheel)
     builder: str = ""  # what made the wheel under test (cross, cibuildwheel)
-    stage: str = "full"  # a key of STAGES
+    stage: str = "full"  # a key of runners.STAGES
 
     @classmethod
     def could_not_run(cls, target: Target, builder: str, why: str, stage: str = "full") -> RunRecord:
@@ -220,7 +179,8 @@ def run_suite(
     target_reports = (reports if stage == "full" else reports / stage) / target.arch / builder
     shutil.rmtree(target_reports, ignore_errors=True)
     records = []
-    if target.runner == "native":
+    runner = runner_for(target)
+    if not runner.emulated:
         supported = query_supported_isas(target, test_image, wheel, repo)
         print(f"{target.arch}: this CPU supports {', '.join(supported)}", flush=True)
         for level in target.isa_levels:
@@ -231,13 +191,9 @@ def run_suite(
         if unlisted:
             console.note(f"{target.arch}: the library supports {unlisted}, not in the table's isa-levels")
     else:
-        supported = None
-    runs = planned_runs(target, supported)
-    scopes = designated(run.run_id(builder) for run in runs)
-    # Under QEMU much of a run is one process at a time (pip, torch's import, collection):
-    # the CPU models run side by side, one xdist worker each, so that the runs share the
-    # cores. A native run is short and keeps one worker per core.
-    side_by_side = target.runner == "qemu"
+        supported = []
+    runs = runner.runs(target, supported)
+    selected = selections(runs, builder, stage)
 
     def one_run(run: SuiteRun) -> RunRecord:
         report_dir = target_reports / run.name
@@ -245,15 +201,14 @@ def run_suite(
         with steps.step(f"{verb(stage)} {run.target.arch} ({builder}) {run.cpu} {run.isa}"):
             record = run_once(
                 run, builder, test_image=test_image, wheel=wheel, repo=repo, report_dir=report_dir,
-                pytest_args=["-n", "1" if side_by_side else str(os.cpu_count() or 1),
-                             *marker_expression(stage, scopes[run.run_id(builder)]), *pytest_args],
+                pytest_args=[*runner.workers(), *selected[run.name], *pytest_args],
                 stage=stage,
             )
         if on_run:
             on_run(record)
         return record
 
-    pool = ThreadPoolExecutor(max_workers=max(1, len(runs)) if side_by_side else 1)
+    pool = ThreadPoolExecutor(max_workers=max(1, len(runs)) if runner.side_by_side else 1)
     try:
         records += pool.map(one_run, runs)
     except BaseException:  # interrupted, or a run could not start: stop the others too

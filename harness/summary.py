@@ -15,7 +15,8 @@ from pathlib import Path
 
 from harness.console import StepLog, clock
 from harness.project import NAME, TABLE
-from harness.suite import STAGES, RunRecord
+from harness.runners import STAGES
+from harness.suite import RunRecord
 from harness.verdict import (
     FAILING,
     SCOPES,

@@ -119,7 +119,7 @@ class RunId:
 
 
 def designated(runs: Iterable[RunId]) -> dict[RunId, tuple[str, ...]]:
-    """The scopes each run runs, the runs given in plan order (suite.planned_runs: the
+    """The scopes each run runs, the runs given in plan order (runners.planned_runs: the
     lowest level of the ladder first): every run its own tests; the first run of each
     CPU model of an (arch, builder) the per-CPU ones; the first run of each (arch,
     builder) the per-architecture ones: on x86_64 the generic level, on aarch64 the
@@ -177,7 +177,7 @@ def _parse_allowed(index: int, row: Any, targets: Mapping[str, Target]) -> Allow
         raise TableError(f"{where}: reason must say why the test cannot mean something there")
     target = targets[fields["arch"]]
     models = tuple(fields.get("cpu_models", ()))
-    if models and target.runner != "qemu":
+    if models and not target.cpu_models:
         # Every ISA level of a native target runs the same tests: no level may differ.
         raise TableError(f"{where}: cpu-models apply to an emulated target; {target.arch} runs natively")
     for model in models:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import console, cross, images, suite, versioning
+from harness import console, cross, images, runners, suite, versioning
 from harness.paths import IMAGE_CONTEXTS
 from harness.summary import Row, failure_lines, judge
 from harness.targets import load_targets
@@ -86,7 +86,7 @@ class Scratch:
     tree: Path
     work: Path
     image: str
-    run: suite.SuiteRun  # the i8mm level's CPU model, as the test session plans it
+    run: runners.SuiteRun  # the i8mm level's CPU model, as the test session plans it
 
     def wheel(self, name: str) -> Path:
         """The tree's aarch64 wheel, built (or brought up to date) in one build dir.
@@ -134,7 +134,7 @@ def either(*selections: str) -> str:
 def scratch(tmp_path_factory, scratch_tree) -> Scratch:
     """The pristine tree, built, passing every selection of this module under the CPU model."""
     aarch64 = load_targets()["aarch64"]
-    (run,) = [run for run in suite.planned_runs(aarch64) if run.isa == LEVEL]
+    (run,) = [run for run in runners.planned_runs(aarch64) if run.isa == LEVEL]
     cross.ensure_compiler(aarch64)
     image = images.ensure_images(aarch64, IMAGE_CONTEXTS, console.StepLog(), upto="test")["test"].tag
     work = tmp_path_factory.mktemp("emulated-drift")
@@ -147,7 +147,7 @@ def scratch(tmp_path_factory, scratch_tree) -> Scratch:
     return scratch
 
 
-def assert_names_the_run(text: str, row: Row, run: suite.SuiteRun) -> None:
+def assert_names_the_run(text: str, row: Row, run: runners.SuiteRun) -> None:
     """The arch, the CPU model and the level, as the summary names a run."""
     assert f"aarch64 (cross) CPU {run.cpu}, ISA {LEVEL}: FAILED: {len(row.failing)} failed" in text, text
 

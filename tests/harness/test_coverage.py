@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import coverage, cross, suite
+from harness import coverage, cross, runners
 from harness.targets import load_targets
 
 
@@ -159,10 +159,10 @@ def test_a_reason_can_hold_for_the_lines_after_the_one_it_matches():
 
 def test_the_runs_select_the_tests_the_test_sessions_plan_gives_them(repo_root):
     targets = load_targets(repo_root / "pyproject.toml")
-    arm = coverage._selections(suite.planned_runs(targets["aarch64"]))
+    arm = runners.selections(runners.planned_runs(targets["aarch64"]), coverage.BUILDER)
     assert arm == {"aarch64-a64fx-neon": [], "aarch64-neoverse-n1-dotprod": ["-m", "not level_independent"],
                    "aarch64-max-i8mm": ["-m", "not level_independent"]}
-    x86 = coverage._selections(suite.planned_runs(targets["x86_64"], ["generic", "avx2"]))
+    x86 = runners.selections(runners.planned_runs(targets["x86_64"], ["generic", "avx2"]), coverage.BUILDER)
     assert x86 == {"x86_64-host-generic": [], "x86_64-host-avx2": ["-m", "not forces_levels and not level_independent"]}
 
 

@@ -12,7 +12,7 @@ import pytest
 from harness import host, prove
 from harness.errors import HarnessError
 from harness.paths import DOCKER
-from harness.suite import planned_runs
+from harness.runners import planned_runs
 from harness.targets import load_targets
 from tests.harness.conftest import REPO
 

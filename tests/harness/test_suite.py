@@ -5,27 +5,27 @@ from pathlib import Path
 
 import pytest
 
-from harness import console, suite
+from harness import console, runners, suite
 
 ANY_CPUS = str(os.cpu_count() or 1)
 
 
 def test_an_emulated_target_runs_once_per_cpu_model(arm):
-    runs = suite.planned_runs(arm)
+    runs = runners.planned_runs(arm)
     assert [(r.cpu, r.isa) for r in runs] == [("cortex-a72", "neon"), ("neoverse-n1", "dotprod"), ("max", "i8mm")]
     assert dict(runs[2].env) == {"QEMU_CPU": "max", "MOE_XARCH_EXPECT_ISA": "i8mm"}
     assert runs[0].name == "aarch64-cortex-a72-neon"
 
 
 def test_a_native_target_runs_the_table_levels_the_cpu_supports(x86):
-    runs = suite.planned_runs(x86, ["generic", "avx2", "avx512", "avx512_bf16", "amx"])
+    runs = runners.planned_runs(x86, ["generic", "avx2", "avx512", "avx512_bf16", "amx"])
     assert [r.isa for r in runs] == ["generic", "avx2", "avx512", "avx512_bf16"]
     assert dict(runs[1].env) == {"MOE_XARCH_ISA": "avx2", "MOE_XARCH_EXPECT_ISA": "avx2"}
-    assert [r.isa for r in suite.planned_runs(x86, ["generic", "avx2"])] == ["generic", "avx2"]
+    assert [r.isa for r in runners.planned_runs(x86, ["generic", "avx2"])] == ["generic", "avx2"]
 
 
 def test_docker_run_mounts_read_only_and_has_no_network(arm):
-    run = suite.planned_runs(arm)[0]
+    run = runners.planned_runs(arm)[0]
     command = suite.docker_run_command(
         run, image="moe-xarch-test:aarch64-x", wheel=Path("/repo/wheelhouse/w.whl"),
         repo=Path("/repo"), report_dir=Path("/repo/reports/r"), name="n", pytest_args=["-n", "2"],
@@ -52,7 +52,7 @@ def _run_suite_commands(target, tmp_path, monkeypatch, supported=None):
               "steps": console.StepLog(), "pytest_args": ["-k", "int8"]}
     canary = suite.run_suite(target, "cross", **kwargs, stage="canary")
     full = suite.run_suite(target, "cross", **kwargs)
-    order = [f"{verb} {run.name}" for verb in ("canary", "test") for run in suite.planned_runs(target, supported)]
+    order = [f"{verb} {run.name}" for verb in ("canary", "test") for run in runners.planned_runs(target, supported)]
     return [commands[label] for label in order], canary, full
 
 
