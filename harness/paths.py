@@ -12,6 +12,7 @@ REPO = Path(__file__).resolve().parent.parent
 PYPROJECT = REPO / "pyproject.toml"  # the target table, [tool.cibuildwheel], allowed differences
 PACKAGE_SOURCES = REPO / "package"  # the Python package's sources, package/<name>/
 DOCKER = REPO / "docker"  # the images' Dockerfiles, scripts and pinned requirements
+HOST_REQUIREMENTS = REPO / "harness" / "requirements-host.txt"  # the pins of the host's own tools
 
 WHEELHOUSE = REPO / "wheelhouse"  # one tested-to-be wheel per target, and the sdist
 REPORTS = REPO / "reports"  # the runs' reports, the summary and the test records

@@ -1,4 +1,4 @@
-"""The programs the build sessions run on the host, and their pins.
+"""The programs the build sessions run on the host, and their pins (harness/requirements-host.txt).
 
 cibuildwheel drives the builds in containers; the build backend (at the build
 image's pins) makes cross builds and tells the version from git.
@@ -10,10 +10,20 @@ import dataclasses
 import re
 from pathlib import Path
 
-from harness.paths import DOCKER
+from harness.errors import HarnessError
+from harness.paths import DOCKER, HOST_REQUIREMENTS
 from harness.wheels import requirement_lines
 
-CIBUILDWHEEL = "cibuildwheel==4.3.5"
+
+def pinned(name: str, path: Path = HOST_REQUIREMENTS) -> str:
+    """The pinned requirement of one of the host's own tools."""
+    found = [line for line in requirement_lines(path) if line.split("==")[0] == name]
+    if len(found) != 1:
+        raise HarnessError(f"{path.name}: {len(found)} pins of {name}, not one")
+    return found[0]
+
+
+CIBUILDWHEEL = pinned("cibuildwheel")
 HOST_BACKEND = ("scikit-build-core", "setuptools-scm", "cmake", "ninja")
 
 

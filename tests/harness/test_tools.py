@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import pytest
+
 from harness import tools
+from harness.errors import HarnessError
 
 
 def test_host_tools_pin_the_cross_backend_as_the_build_image_does(tmp_path):
@@ -17,3 +20,13 @@ def test_the_repositorys_backend_pins_are_the_build_images(repo_root):
     backend = tools.backend_requirements()
     assert {line.split("==")[0] for line in backend} == set(tools.HOST_BACKEND)
     assert set(backend) <= set(pinned)
+
+
+def test_a_host_tool_is_pinned_once_in_the_hosts_requirements(tmp_path):
+    pins = tmp_path / "requirements-host.txt"
+    pins.write_text("# why\ngcovr==8.8  # coverage\nzizmor==1.32.0\nzizmor==1.33.0\n")
+    assert tools.pinned("gcovr", pins) == "gcovr==8.8"
+    with pytest.raises(HarnessError, match="2 pins of zizmor"):
+        tools.pinned("zizmor", pins)
+    with pytest.raises(HarnessError, match="0 pins of gcov,"):
+        tools.pinned("gcov", pins)
