@@ -61,7 +61,7 @@ class Unreachable:
 # The driver's calls of the fused fp8 GEMM and of the tile-reading kernels, and the tile and
 # line layouts' code: (file, text, lines), as Unreachable's.
 FUSED_GEMM_LINES = (
-    ("csrc/core/expert_gemm.cpp", r"\(w_\.tiles \|\| kernels_\.gemm_bf16_fp8_takes\(m\)\)\) \{", 6),
+    ("csrc/core/expert_gemm.cpp", r"\(w_\.tiles \|\| kernels_\.gemm_bf16_fp8_takes\(m\)\)\) \{", 4),
     ("csrc/core/expert_gemm.cpp", r"\(w\.tiles \? kernels_\.gemm_bf16_fp8_tiles : kernels_\.gemm_bf16_fp8\)", 3),
 )
 # kTiles16's fp8 line layout, and its tile layout's lines that only it reaches.

@@ -54,14 +54,16 @@ WeightTile ExpertGemm::tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, i
     t.mx_scale_ld = w_.scale_cols;
     return t;
   }
+  if (w_.dtype == at::kFloat8_e4m3fn) {  // for the fused GEMM, or the blocks of K of a widened tile
+    t.fp8_scales = {w_.block_scale + expert * w_.scale_rows * w_.scale_cols, w_.scale_cols, r0, p_.block_n,
+                    p_.block_k};
+  }
   // fp8 in the line layout goes to gemm_bf16_fp8_tiles whatever m: it has no rows to widen.
   if (w_.dtype == at::kFloat8_e4m3fn && p_.compute == ComputeType::kBF16 &&
       (w_.tiles || kernels_.gemm_bf16_fp8_takes(m))) {
     // The logical width: block scales end there, padding or not.
     t.k = w_.cols;
     t.fp8 = true;
-    t.fp8_scales = {w_.block_scale + expert * w_.scale_rows * w_.scale_cols, w_.scale_cols, r0, p_.block_n,
-                    p_.block_k};
   } else if (dequantizes()) {
     // Allocated on first use: a level that widens fp8 in its GEMM never needs it.
     if (p_.compute == ComputeType::kBF16) {
@@ -74,8 +76,6 @@ WeightTile ExpertGemm::tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, i
       };
       widen_rows(base, ld, expert, r0, r1, a_ld, out, fp8_exact, kernels_.mxfp4_to_bf16, to_bf16_bits);
       if (w_.dtype == at::kFloat8_e4m3fn) {
-        t.fp8_scales = {w_.block_scale + expert * w_.scale_rows * w_.scale_cols, w_.scale_cols, r0, p_.block_n,
-                        p_.block_k};
         if (!scratch.block_sums) scratch.block_sums = aligned_buffer<float>(kTokenChunk, kMaxTileRows, kBlockSums);
         t.fp8_block_sums = scratch.block_sums.get();
       }
