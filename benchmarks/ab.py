@@ -5,7 +5,7 @@ built tree), loaded next to this one: each build registers its ops under its
 own namespace, which is found by what the library adds (a build of the same
 namespace as this one cannot be told apart and is refused). Both builds get
 the same inputs, each packs its own weights, and their calls are interleaved
-call by call, which goes first alternating (time_pairs). Reported per (shape, method, M,
+call by call, which goes first alternating (timing.time_pairs). Reported per (shape, method, M,
 threads): the median ms of each, the ratio of medians (baseline / this build:
 above 1 is faster) and the spread of the ratios of paired calls (25th-75th
 percentile); and whether both builds' outputs are the same bytes. Both builds
@@ -25,17 +25,16 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 import moe_xarch  # noqa: F401  (registers this build's ops)
-from benchmarks.moe_bench import (
-    METHODS, ROUTINGS, MoeShape, activation_kwargs, make_routings, make_weights, prepare_method)
-
-FUSED = "fused_experts_cpu"
+from benchmarks.contenders import FUSED, Inputs, build_call
+from benchmarks.timing import quartiles, time_pairs
+from benchmarks.workload import (
+    METHODS, MoeShape, activation_kwargs, make_biases, make_tokens, make_weights, prepare_method)
 
 
 def namespaces_with(op: str) -> set[str]:
@@ -85,47 +84,11 @@ class AbResult:
     same_bytes: bool
 
 
-def time_pairs(calls: dict[str, tuple[Callable[[int], object], Callable[[int], object]]], budget_s: float,
-               min_iterations: int, max_iterations: int) -> tuple[dict[str, tuple[list[float], list[float]]], int]:
-    """Milliseconds per call of each build, call by call, routing r = iteration % ROUTINGS; the build that
-    goes first alternates every iteration, so neither always runs right after the other's weights."""
-    def one(fn: Callable[[int], object], r: int) -> float:
-        start = time.perf_counter()
-        fn(r)
-        return (time.perf_counter() - start) * 1e3
-
-    start = time.perf_counter()
-    for this, base in calls.values():
-        one(this, ROUTINGS - 1), one(base, ROUTINGS - 1)
-    per_iteration = time.perf_counter() - start
-    iterations = int(min(max_iterations, max(min_iterations, budget_s / max(per_iteration, 1e-6))))
-    samples: dict[str, tuple[list[float], list[float]]] = {method: ([], []) for method in calls}
-    for iteration in range(iterations):
-        r = iteration % ROUTINGS
-        for method, (this, base) in calls.items():
-            if iteration % 2:
-                b = one(base, r)
-                a = one(this, r)
-            else:
-                a = one(this, r)
-                b = one(base, r)
-            samples[method][0].append(a)
-            samples[method][1].append(b)
-    return samples, iterations
-
-
-def quartiles(values: list[float]) -> tuple[float, float]:
-    q = statistics.quantiles(values, n=4)
-    return q[0], q[2]
-
-
 def run_shape(shape: MoeShape, methods: list[str], tokens_list: list[int], threads_list: list[int],
               spaces: dict[str, str], budget_s: float, min_iterations: int, max_iterations: int) -> list[AbResult]:
     generator = torch.Generator().manual_seed(0)
     w1, w2 = make_weights(shape, generator)
-    b1 = torch.randn(shape.experts, 2 * shape.inter, generator=generator) if shape.swiglu else None
-    b2 = torch.randn(shape.experts, shape.hidden, generator=generator) if shape.swiglu else None
-    act = activation_kwargs(shape)
+    b1, b2 = make_biases(shape, generator)
     ops = {build: getattr(torch.ops, ns) for build, ns in spaces.items()}
     packed: dict[tuple[str, str], tuple[torch.Tensor, torch.Tensor, dict[str, object]]] = {}
     for method in methods:
@@ -135,21 +98,12 @@ def run_shape(shape: MoeShape, methods: list[str], tokens_list: list[int], threa
                                        op.convert_weight_packed(weights.w2, METHODS[method]), weights.kwargs)
     results = []
     for tokens in tokens_list:
-        x = torch.randn(tokens, shape.hidden, generator=generator).to(torch.bfloat16)
-        routings = make_routings(shape, tokens, generator)
-
-        def call(build: str, method: str) -> Callable[[int], torch.Tensor]:
-            p1, p2, kw = packed[(build, method)]
-            op = ops[build]
-            args = lambda r: (x, p1, p2, *routings[r], False, int(METHODS[method]), kw.get("w1_scale"),  # noqa: E731
-                              kw.get("w2_scale"), kw.get("w1_zero"), kw.get("w2_zero"), kw.get("block_size"),
-                              b1, b2, act.get("alpha"), act.get("limit"), True)
-            return lambda r: getattr(op, FUSED)(*args(r))
-
+        inputs = Inputs(*make_tokens(shape, tokens, generator), b1, b2, activation_kwargs(shape))
         for threads in threads_list:
             torch.set_num_threads(threads)
-            calls = {method: (call("this", method), call("baseline", method)) for method in methods}
-            same = {method: all(torch.equal(this(r), base(r)) for r in range(len(routings)))
+            calls = {method: tuple(build_call(ops[build], inputs, method, packed[(build, method)])
+                                   for build in ("this", "baseline")) for method in methods}
+            same = {method: all(torch.equal(this(r), base(r)) for r in range(len(inputs.routings)))
                     for method, (this, base) in calls.items()}
             began = time.perf_counter()
             samples, iterations = time_pairs(calls, budget_s, min_iterations, max_iterations)

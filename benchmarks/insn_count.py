@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arch", action="append", choices=list(EMULATOR),
                         help="target architecture (repeatable; default aarch64)")
     parser.add_argument("--isa", nargs="+", help="only these ISA levels")
-    parser.add_argument("--shapes", nargs="+", help="bench shapes (default: all of benchmarks/moe_bench.py)")
+    parser.add_argument("--shapes", nargs="+", help="bench shapes (default: all of benchmarks/workload.py)")
     parser.add_argument("--methods", nargs="+", help="bf16 int8 fp8 int4 mxfp4 (default: all)")
     parser.add_argument("--tokens", nargs="+", type=int, default=DEFAULT_TOKENS, help="M values, decode first")
     parser.add_argument("--decode-only", nargs="*", default=DEFAULT_DECODE_ONLY,

@@ -14,8 +14,8 @@ op does the same work as with the shape's own experts (its kernels take the
 same path whatever the values), and the emulated process makes the weights in
 seconds, not the many minutes of quantizing every expert under QEMU.
 
-Besides moe_bench's methods, the 4-bit ones (FOUR_BIT), quantized here with
-moe_xarch.quant: INT4_W4A8 in moe_bench.int4_group's groups with zero points,
+Besides the bench's methods, the 4-bit ones (FOUR_BIT), quantized here with
+moe_xarch.quant: INT4_W4A8 in workload.int4_group's groups with zero points,
 MXFP4.
 """
 
@@ -30,13 +30,13 @@ from pathlib import Path
 import torch
 
 import moe_xarch
-from benchmarks import moe_bench
+from benchmarks import workload
 from moe_xarch import MoeCompMethod, quant
 
 MARK_SYSCALL = 0x4D4F45  # docker/qemu-plugin/insn_regions.c's marker
 LIBC = ctypes.CDLL(None)
 FOUR_BIT = {"int4": MoeCompMethod.INT4_W4A8, "mxfp4": MoeCompMethod.MXFP4}
-METHODS = {**moe_bench.METHODS, **FOUR_BIT}
+METHODS = {**workload.METHODS, **FOUR_BIT}
 
 
 def mark(identifier: int) -> None:
@@ -53,35 +53,35 @@ def replicated(tensor: torch.Tensor, experts: int) -> torch.Tensor:
     return tensor.expand(experts, *tensor.shape[1:]).contiguous()
 
 
-def prepare(method: str, shape: moe_bench.MoeShape, w1: torch.Tensor,
+def prepare(method: str, shape: workload.MoeShape, w1: torch.Tensor,
             w2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, object]]:
     """The method's w1, w2 and their fused_experts kwargs (scales, zero points, block size)."""
     if method == "int4":
-        group = moe_bench.int4_group(shape.hidden, shape.inter)
+        group = workload.int4_group(shape.hidden, shape.inter)
         (q1, s1, z1), (q2, s2, z2) = (quant.quantize_int4(w.float(), group) for w in (w1, w2))
         return q1, q2, {"w1_scale": s1, "w2_scale": s2, "w1_zero": z1, "w2_zero": z2}
     if method == "mxfp4":
         (q1, s1), (q2, s2) = (quant.quantize_mxfp4(w.float()) for w in (w1, w2))
         return q1, q2, {"w1_scale": s1, "w2_scale": s2}
-    prepared = moe_bench.prepare_method(method, w1, w2)
+    prepared = workload.prepare_method(method, w1, w2)
     return prepared.w1, prepared.w2, prepared.kwargs
 
 
-def weight_bytes(shape: moe_bench.MoeShape, method: str) -> int:
+def weight_bytes(shape: workload.MoeShape, method: str) -> int:
     """One expert's w1 + w2 as the method stores them (scales are negligible)."""
-    return 3 * shape.inter * shape.hidden // 2 if method in FOUR_BIT else moe_bench.expert_bytes(shape, method)
+    return 3 * shape.inter * shape.hidden // 2 if method in FOUR_BIT else workload.expert_bytes(shape, method)
 
 
-def measure(shape: moe_bench.MoeShape, methods: list[str], tokens_list: list[int], decode_only: list[str],
+def measure(shape: workload.MoeShape, methods: list[str], tokens_list: list[int], decode_only: list[str],
             next_mark: list[int]) -> list[dict[str, object]]:
     generator = torch.Generator().manual_seed(0)
     routings = {}
     for tokens in tokens_list:
-        weights, ids = moe_bench.make_routings(shape, tokens, generator, count=1)[0]
+        weights, ids = workload.make_routings(shape, tokens, generator, count=1)[0]
         routings[tokens] = (weights, *compact_routing(ids))
     experts = max(active for _, _, active in routings.values())
-    w1, w2 = moe_bench.make_weights(
-        moe_bench.MoeShape(shape.name, 1, shape.topk, shape.hidden, shape.inter, shape.swiglu), generator)
+    w1, w2 = workload.make_weights(
+        workload.MoeShape(shape.name, 1, shape.topk, shape.hidden, shape.inter, shape.swiglu), generator)
     b1 = torch.randn(experts, 2 * shape.inter, generator=generator) if shape.swiglu else None
     b2 = torch.randn(experts, shape.hidden, generator=generator) if shape.swiglu else None
     regions = []
@@ -96,7 +96,7 @@ def measure(shape: moe_bench.MoeShape, methods: list[str], tokens_list: list[int
             x = torch.randn(tokens, shape.hidden, generator=generator).to(torch.bfloat16)
             kwargs = {k: (v[:active] if isinstance(v, torch.Tensor) else v) for k, v in scales.items()}
             if shape.swiglu:
-                kwargs.update(w1_bias=b1[:active], w2_bias=b2[:active], **moe_bench.activation_kwargs(shape))
+                kwargs.update(w1_bias=b1[:active], w2_bias=b2[:active], **workload.activation_kwargs(shape))
             w1_active, w2_active = p1[:active], p2[:active]
 
             def call() -> None:
@@ -112,14 +112,14 @@ def measure(shape: moe_bench.MoeShape, methods: list[str], tokens_list: list[int
             mark(marks[2])
             regions.append({"shape": shape.name, "method": method, "tokens": tokens, "active_experts": active,
                             "weight_bytes": active * weight_bytes(shape, method),
-                            "macs": moe_bench.useful_flops(shape, tokens) / 2, "marks": marks})
+                            "macs": workload.useful_flops(shape, tokens) / 2, "marks": marks})
             print(f"[{shape.name}] {method} M={tokens}: measured", file=sys.stderr, flush=True)
     return regions
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shapes", nargs="+", default=list(moe_bench.SHAPES), choices=list(moe_bench.SHAPES))
+    parser.add_argument("--shapes", nargs="+", default=list(workload.SHAPES), choices=list(workload.SHAPES))
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     parser.add_argument("--tokens", nargs="+", type=int, required=True, help="M values, smallest first")
     parser.add_argument("--decode-only", nargs="*", default=[], choices=list(METHODS),
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     next_mark = [0]
     regions = []
     for name in args.shapes:
-        regions += measure(moe_bench.SHAPES[name], args.methods, args.tokens, args.decode_only, next_mark)
+        regions += measure(workload.SHAPES[name], args.methods, args.tokens, args.decode_only, next_mark)
     document = {"isa": moe_xarch.isa(), "torch": torch.__version__, "regions": regions}
     args.out.write_text(json.dumps(document, indent=2) + "\n")
     return 0

@@ -15,12 +15,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("moe_xarch")
 
-from benchmarks import moe_bench, sglang  # noqa: E402
+from benchmarks import moe_bench, rooflines, sglang, workload  # noqa: E402
 
 # K and N hold whole INT4_W4A8 groups.
 TINY = {
-    "tiny": moe_bench.MoeShape("tiny", experts=4, topk=2, hidden=256, inter=128),
-    "tiny-swiglu": moe_bench.MoeShape("tiny-swiglu", experts=4, topk=2, hidden=256, inter=128, swiglu=True),
+    "tiny": workload.MoeShape("tiny", experts=4, topk=2, hidden=256, inter=128),
+    "tiny-swiglu": workload.MoeShape("tiny-swiglu", experts=4, topk=2, hidden=256, inter=128, swiglu=True),
 }
 QUICK = ["--tokens", "1", "3", "--threads", "1", "2", "--budget", "0", "--min-iterations", "2",
          "--max-iterations", "2"]
@@ -28,8 +28,8 @@ QUICK = ["--tokens", "1", "3", "--threads", "1", "2", "--budget", "0", "--min-it
 
 @pytest.fixture(autouse=True)
 def tiny(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(moe_bench, "SHAPES", TINY)
-    monkeypatch.setattr(moe_bench, "ROOFLINE_GEMM", 64)
+    monkeypatch.setattr(workload, "SHAPES", TINY)
+    monkeypatch.setattr(rooflines, "ROOFLINE_GEMM", 64)
     yield
     torch.set_num_threads(1)
 
@@ -42,24 +42,24 @@ def run(tmp_path: Path, *args: str) -> dict:
 def test_int4_groups_divide_every_shapes_k_and_n() -> None:
     """AWQ's usual 128 where it divides K and N; gpt-oss-20b's 2880 takes 64, a power of two as AWQ's and
     GPTQ's groups are. The bytes count a float32 scale and a uint8 zero point per group."""
-    assert moe_bench.int4_group(2048, 768) == 128
-    assert moe_bench.int4_group(2880, 2880) == 64
-    assert moe_bench.int4_group(2880, 2880 + 32) == 32
-    gpt_oss = moe_bench.MoeShape("gpt-oss-like", experts=2, topk=1, hidden=2880, inter=2880)
-    assert moe_bench.weight_bytes(gpt_oss, "int4") == 0.5 + 5 / 64
-    assert moe_bench.weight_bytes(gpt_oss, "int8") == 1
+    assert workload.int4_group(2048, 768) == 128
+    assert workload.int4_group(2880, 2880) == 64
+    assert workload.int4_group(2880, 2880 + 32) == 32
+    gpt_oss = workload.MoeShape("gpt-oss-like", experts=2, topk=1, hidden=2880, inter=2880)
+    assert workload.weight_bytes(gpt_oss, "int4") == 0.5 + 5 / 64
+    assert workload.weight_bytes(gpt_oss, "int8") == 1
     with pytest.raises(ValueError, match="K=2880, N=100"):
-        moe_bench.int4_group(2880, 100)
+        workload.int4_group(2880, 100)
 
 
 def test_pure_torch_computes_in_the_dtype_this_machines_matmul_runs_faster(monkeypatch: pytest.MonkeyPatch) -> None:
     """A CPU without bf16 instructions multiplies bf16 on a slow path: pure torch then computes in fp32."""
     rates = {torch.bfloat16: 0.6, torch.float32: 35.0}
-    monkeypatch.setattr(moe_bench, "matmul_gflops", lambda dtype, threads: rates[dtype] * threads)
-    assert moe_bench.compute_rooflines([1, 2]) == ({1: {"bf16": 0.6, "fp32": 35.0}, 2: {"bf16": 1.2, "fp32": 70.0}},
+    monkeypatch.setattr(rooflines, "matmul_gflops", lambda dtype, threads: rates[dtype] * threads)
+    assert rooflines.compute_rooflines([1, 2]) == ({1: {"bf16": 0.6, "fp32": 35.0}, 2: {"bf16": 1.2, "fp32": 70.0}},
                                                    "fp32")
     rates[torch.bfloat16] = 90.0
-    assert moe_bench.compute_rooflines([2])[1] == "bf16"
+    assert rooflines.compute_rooflines([2])[1] == "bf16"
 
 
 def test_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -102,7 +102,7 @@ def test_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert table[0].startswith("| shape | method | M | thr | moe_xarch ms | sglang ms | torch ms")
     assert len(table) == 1 + len(results)
     assert all(line.count("|") == 13 for line in table)
-    assert "issue 5 and 22 targets" in out
+    assert "goals (worst case, at 2 threads):" in out
     for name in TINY:
         assert f"[{name}] M=3:" in out  # a progress line per shape and M
     assert (tmp_path / "moe_bench.md").read_text().startswith("| shape |")
