@@ -1,18 +1,26 @@
-"""Build-time metadata: pin the wheel to the torch release it is built against.
+"""Build-time metadata: the torch releases a wheel loads on.
 
-The extension links libtorch's C++ API, whose ABI changes with every release,
-so a wheel built against torch X.Y.Z requires torch==X.Y.*. That torch is the
-one installed in the build environment, or, for a cross build, the unpacked
-target-architecture package named by MOE_TORCH_DIR (as CMakeLists.txt uses it).
+The op library uses only PyTorch's stable ABI (csrc/core/stable_torch.h) and is
+compiled for the oldest release named here (TORCH_TARGET_VERSION), so a wheel
+built against any torch from that one on requires torch>=OLDEST. The build
+torch is the one installed in the build environment, or, for a cross build, the
+unpacked target-architecture package named by MOE_TORCH_DIR (as CMakeLists.txt
+uses it).
+
+    python torch_pin.py --target-version   # TORCH_TARGET_VERSION, for CMake
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+OLDEST = (2, 10)  # the first release whose stable ABI has everything the op library uses
+REQUIREMENT = f"torch>={OLDEST[0]}.{OLDEST[1]}"
 
 
 def built_against() -> str:
@@ -36,8 +44,16 @@ def built_against() -> str:
 
 
 def torch_requirement() -> str:
-    major, minor = built_against().split("+")[0].split(".")[:2]
-    return f"torch=={major}.{minor}.*"
+    major, minor = (int(part) for part in built_against().split("+")[0].split(".")[:2])
+    if (major, minor) < OLDEST:
+        raise RuntimeError(f"moe-xarch needs torch >= {OLDEST[0]}.{OLDEST[1]} to build (its stable ABI); "
+                           f"the build environment has {built_against()}")
+    return REQUIREMENT
+
+
+def target_version() -> str:
+    """OLDEST as torch/csrc/stable/version.h encodes a release: major << 56 | minor << 48."""
+    return f"0x{OLDEST[0] << 56 | OLDEST[1] << 48:016x}"
 
 
 class Provider:
@@ -51,7 +67,7 @@ class Provider:
 
     def dynamic_metadata(self, settings: dict[str, Any], project: dict[str, Any]) -> dict[str, Any]:
         if self.state == "sdist":
-            # Making an sdist needs no torch; the pin is set when a wheel is built from it.
+            # Making an sdist needs no torch; the requirement is set when a wheel is built from it.
             return {"dependencies": []}
         return {"dependencies": [torch_requirement()]}
 
@@ -59,3 +75,7 @@ class Provider:
     def dynamic_wheel(settings: dict[str, Any]) -> dict[str, bool]:
         # An sdist does not know which torch its wheel will be built against.
         return {"dependencies": True}
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--target-version"]:
+    print(target_version())

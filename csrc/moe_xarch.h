@@ -4,32 +4,31 @@
 // The schemas live in package/moe_xarch/schemas.txt, the contract in the spec.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <c10/core/ScalarType.h>
-#include <c10/util/ArrayRef.h>
-
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/stable_torch.h"
+
 namespace moe_xarch {
 
-at::Tensor fused_experts_cpu(const at::Tensor& hidden_states, const at::Tensor& w1,
-                             const at::Tensor& w2, const at::Tensor& topk_weights,
-                             const at::Tensor& topk_ids, bool inplace, int64_t moe_comp_method,
-                             const std::optional<at::Tensor>& w1_scale,
-                             const std::optional<at::Tensor>& w2_scale,
-                             const std::optional<at::Tensor>& w1_zero,
-                             const std::optional<at::Tensor>& w2_zero,
-                             at::OptionalIntArrayRef block_size,
-                             const std::optional<at::Tensor>& w1_bias,
-                             const std::optional<at::Tensor>& w2_bias,
+Tensor fused_experts_cpu(const Tensor& hidden_states, const Tensor& w1,
+                             const Tensor& w2, const Tensor& topk_weights,
+                             const Tensor& topk_ids, bool inplace, int64_t moe_comp_method,
+                             const std::optional<Tensor>& w1_scale,
+                             const std::optional<Tensor>& w2_scale,
+                             const std::optional<Tensor>& w1_zero,
+                             const std::optional<Tensor>& w2_zero,
+                             const std::optional<std::vector<int64_t>>& block_size,
+                             const std::optional<Tensor>& w1_bias,
+                             const std::optional<Tensor>& w2_bias,
                              std::optional<double> alpha, std::optional<double> limit,
                              bool is_vnni);
 
-at::Tensor convert_weight_packed(const at::Tensor& weight, int64_t moe_comp_method);
+Tensor convert_weight_packed(const Tensor& weight, int64_t moe_comp_method);
 
-int64_t packed_nbytes(int64_t rows, int64_t cols, at::ScalarType dtype);
+// The bytes of one expert of a weight [E, rows, cols] of dtype that convert_weight_packed makes.
+int64_t packed_nbytes(int64_t rows, int64_t cols, ScalarType dtype, int64_t moe_comp_method);
 
 // The kernel path in use ("avx512_bf16", "neon", ...), every path this CPU can run,
 // and every path this build carries, lowest first.

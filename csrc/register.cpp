@@ -2,7 +2,7 @@
 // Schemas and their C++ function types are generated from
 // package/moe_xarch/schemas.txt; each op's declaration in moe_xarch.h is
 // checked against its schema here, at compile time, on every architecture.
-#include <torch/library.h>
+#include <torch/csrc/stable/library.h>
 
 #include <type_traits>
 
@@ -14,9 +14,9 @@
   static_assert(std::is_same_v<decltype(function), moe_xarch::schema::op##_type>,    \
                 #op ": the C++ function registered in the " MOE_XARCH_ARCH           \
                 " build does not match its schema in package/moe_xarch/schemas.txt"); \
-  m.impl(#op, TORCH_FN(function))
+  m.impl(#op, TORCH_BOX(&function))
 
-TORCH_LIBRARY(moe_xarch, m) {
+STABLE_TORCH_LIBRARY(moe_xarch, m) {
   m.def(moe_xarch::schema::fused_experts_cpu_schema);
   m.def(moe_xarch::schema::convert_weight_packed_schema);
   m.def(moe_xarch::schema::packed_nbytes_schema);
@@ -26,14 +26,14 @@ TORCH_LIBRARY(moe_xarch, m) {
   m.def(moe_xarch::schema::kernel_use_schema);
 }
 
-TORCH_LIBRARY_IMPL(moe_xarch, CPU, m) {
+STABLE_TORCH_LIBRARY_IMPL(moe_xarch, CPU, m) {
   MOE_XARCH_IMPL(m, fused_experts_cpu, moe_xarch::fused_experts_cpu);
   MOE_XARCH_IMPL(m, convert_weight_packed, moe_xarch::convert_weight_packed);
 }
 
 // Ops without tensor arguments dispatch to no backend, so they take a
 // backend-independent kernel.
-TORCH_LIBRARY_IMPL(moe_xarch, CompositeExplicitAutograd, m) {
+STABLE_TORCH_LIBRARY_IMPL(moe_xarch, CompositeExplicitAutograd, m) {
   MOE_XARCH_IMPL(m, packed_nbytes, moe_xarch::packed_nbytes);
   MOE_XARCH_IMPL(m, isa, moe_xarch::isa);
   MOE_XARCH_IMPL(m, supported_isas, moe_xarch::supported_isas);

@@ -72,7 +72,7 @@ LINE_LAYOUT_LINES = (
     ("csrc/core/packed_layout.cpp", r"^void store_fp8_lines\(", 5),
     ("csrc/core/packed_layout.cpp", r"store_fp8_lines\(src, rows, cols, header\.ld, values\);", 1),
     ("csrc/core/packed_layout.cpp", r"&& rows % 32 == 0;$", 1),
-    ("csrc/core/packed_layout.cpp", r'return dtype == at::kFloat8_e4m3fn \? "the line layout', 2),
+    ("csrc/core/packed_layout.cpp", r'return dtype == kFloat8_e4m3fn \? "the line layout', 2),
 )
 # The tile layouts' code that i8mm reaches on aarch64 as well.
 TILE_LAYOUT_LINES = (

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -28,6 +29,7 @@ from typing import Any
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 from packaging.version import Version
 
+from build_support import torch_pin
 from harness.build import put, wheel_matches
 from harness.errors import HarnessError, PublishError, writing
 from harness.index import Destination, destination, index_files
@@ -60,19 +62,17 @@ class Artifact:
 
 
 def torch_pin_problem(wheel: Path, target: Target) -> str | None:
-    """The wheel must be whole, the project's and for its target, and pin the torch
-    release of its target's table row (X.Y.*)."""
+    """The wheel must be whole, the project's and for its target, and require the
+    torch range every wheel does (build_support/torch_pin.py)."""
     try:
         metadata = read_wheel(wheel, f"run nox -s build -- --arch {target.arch}, which replaces it, then "
                               f"publish again", project=PACKAGE, arch=target.arch)
     except HarnessError as error:
         return str(error)
-    major_minor = ".".join(target.torch.split("==", 1)[1].split(".")[:2])
     requires = metadata.get_all("Requires-Dist") or []
-    pins = [r for r in requires if canonicalize_name(r.split("=")[0].split(" ")[0]) == "torch"]
-    expected = f"torch=={major_minor}.*"
-    if not any(pin.replace(" ", "") == expected for pin in pins):
-        return f"{wheel.name} requires {pins or 'no torch'}, not {expected} ({target.arch}'s {target.torch})"
+    pins = [r for r in requires if canonicalize_name(re.split(r"[=<>!~ ]", r, maxsplit=1)[0]) == "torch"]
+    if not any(pin.replace(" ", "") == torch_pin.REQUIREMENT for pin in pins):
+        return f"{wheel.name} requires {pins or 'no torch'}, not {torch_pin.REQUIREMENT}"
     return None
 
 

@@ -2,13 +2,12 @@
 // padded with zeros to kPackAlign values, with per-row scales for int8.
 #pragma once
 
-#include <c10/util/BFloat16.h>
-
 #include <cstdint>
 
 #include "core/buffers.h"
 #include "core/kernels.h"
 #include "core/problem.h"
+#include "core/stable_torch.h"
 
 namespace moe_xarch {
 

@@ -1,7 +1,5 @@
 #include "core/buffers.h"
 
-#include <c10/util/Exception.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -13,6 +11,7 @@
 
 #include "core/checked.h"
 #include "core/scratch.h"
+#include "core/stable_torch.h"
 
 namespace moe_xarch {
 namespace {
@@ -32,11 +31,11 @@ void* aligned_bytes(int64_t rows, int64_t width, int64_t elem_bytes, const char*
   const std::optional<int64_t> bytes = (Size(std::max<int64_t>(rows, 1)) * width * elem_bytes)
                                            .round_up(kPackAlign).get();
   const int64_t memory = machine_memory_bytes();
-  TORCH_CHECK(bytes && *bytes <= memory, "fused_experts_cpu: ", what, " needs ", rows, " rows of ", width,
+  MOE_XARCH_CHECK(bytes && *bytes <= memory, "fused_experts_cpu: ", what, " needs ", rows, " rows of ", width,
               " values of ", elem_bytes, " bytes (", bytes ? std::to_string(*bytes >> 20) + " MiB" : "over 2^63 bytes",
               "), more than this machine's ", memory >> 20, " MiB of memory");
   void* data = std::aligned_alloc(kPackAlign, std::max<int64_t>(*bytes, kPackAlign));
-  TORCH_CHECK(data, "fused_experts_cpu: ", what, " needs ", rows, " rows of ", width, " values of ", elem_bytes,
+  MOE_XARCH_CHECK(data, "fused_experts_cpu: ", what, " needs ", rows, " rows of ", width, " values of ", elem_bytes,
               " bytes (", *bytes >> 20, " MiB), which could not be allocated");
   return data;
 }

@@ -1,27 +1,25 @@
-#include <ATen/Parallel.h>
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
 
 #include <algorithm>
 
 #include "core/phases.h"
+#include "core/stable_torch.h"
 
 namespace moe_xarch {
 
-void cast_output(const float* acc, at::Tensor& out) {
+void cast_output(const float* acc, Tensor& out) {
   const int64_t M = out.size(0), K = out.size(1);
-  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
+  parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
     for (int64_t m = begin; m < end; ++m) {
       const float* row = acc + m * K;
       switch (out.scalar_type()) {
-        case at::kFloat: std::copy(row, row + K, out.data_ptr<float>() + m * K); break;
-        case at::kBFloat16: {
-          auto* dst = out.data_ptr<c10::BFloat16>() + m * K;
+        case kFloat: std::copy(row, row + K, out.mutable_data_ptr<float>() + m * K); break;
+        case kBFloat16: {
+          auto* dst = out.mutable_data_ptr<c10::BFloat16>() + m * K;
           for (int64_t k = 0; k < K; ++k) dst[k] = c10::BFloat16(row[k]);
           break;
         }
         default: {
-          auto* dst = out.data_ptr<c10::Half>() + m * K;
+          auto* dst = out.mutable_data_ptr<c10::Half>() + m * K;
           for (int64_t k = 0; k < K; ++k) dst[k] = c10::Half(row[k]);
           break;
         }

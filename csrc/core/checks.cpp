@@ -1,7 +1,5 @@
 // Argument checks of fused_experts_cpu: every violation in the spec's "Bad
 // input" list is a RuntimeError that names the argument and what was expected.
-#include <ATen/ops/max.h>
-#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,21 +8,28 @@
 
 #include "core/checked.h"
 #include "core/fused_experts.h"
+#include "core/stable_torch.h"
 
 namespace moe_xarch {
 namespace {
 
-#define MOE_CHECK(cond, ...) TORCH_CHECK(cond, "fused_experts_cpu: ", __VA_ARGS__)
+#define MOE_CHECK(cond, ...) MOE_XARCH_CHECK(cond, "fused_experts_cpu: ", __VA_ARGS__)
 
-bool is_float_dtype(at::ScalarType dtype) {
-  return dtype == at::kFloat || dtype == at::kBFloat16 || dtype == at::kHalf || dtype == at::kDouble;
+// The largest value of a contiguous uint8 tensor with at least one element.
+int64_t largest_byte(const Tensor& t) {
+  const auto* bytes = static_cast<const uint8_t*>(t.const_data_ptr());
+  return *std::max_element(bytes, bytes + t.numel());
 }
 
-void check_shape(const at::Tensor& t, const char* name, at::IntArrayRef expected) {
-  MOE_CHECK(t.sizes() == expected, name, " must have shape ", expected, ", got ", t.sizes());
+bool is_float_dtype(ScalarType dtype) {
+  return dtype == kFloat || dtype == kBFloat16 || dtype == kHalf || dtype == kDouble;
 }
 
-void check_contiguous(const at::Tensor& t, const char* name) {
+void check_shape(const Tensor& t, const char* name, IntArrayRef expected) {
+  MOE_CHECK(t.sizes().equals(expected), name, " must have shape ", Shape{expected}, ", got ", Shape{t.sizes()});
+}
+
+void check_contiguous(const Tensor& t, const char* name) {
   MOE_CHECK(t.is_contiguous(), name, " must be contiguous");
 }
 
@@ -32,42 +37,42 @@ void check_contiguous(const at::Tensor& t, const char* name) {
 // (the dispatcher sends a call here when any argument is, whatever the others
 // are), at an address its values can be read from (torch.frombuffer makes
 // views at any byte offset).
-void check_tensor(const at::Tensor& t, const char* name) {
-  MOE_CHECK(t.device().is_cpu(), name, " must be on the CPU, like hidden_states; got a tensor on ", t.device());
+void check_tensor(const Tensor& t, const char* name) {
+  MOE_CHECK(t.is_cpu(), name, " must be on the CPU, like hidden_states; got a tensor on ", device_name(t));
   const auto address = reinterpret_cast<uintptr_t>(t.const_data_ptr());
   MOE_CHECK(address % t.element_size() == 0, name, " starts at an address ", address % t.element_size(),
             " bytes past a multiple of its ", t.element_size(), "-byte values; pass ", name, ".clone()");
 }
 
-void check_tensor(const std::optional<at::Tensor>& t, const char* name) {
+void check_tensor(const std::optional<Tensor>& t, const char* name) {
   if (t.has_value()) check_tensor(*t, name);
 }
 
 // An fp32 [E, rows] (or block-scale) tensor the driver reads as a raw pointer.
-const float* check_scale(const std::optional<at::Tensor>& scale, const char* name,
-                         const char* method, at::IntArrayRef expected) {
-  MOE_CHECK(scale.has_value(), name, " is required for ", method, " (float32 of shape ", expected,
+const float* check_scale(const std::optional<Tensor>& scale, const char* name,
+                         const char* method, IntArrayRef expected) {
+  MOE_CHECK(scale.has_value(), name, " is required for ", method, " (float32 of shape ", Shape{expected},
             ")");
-  MOE_CHECK(scale->scalar_type() == at::kFloat, name, " must be float32, got ", scale->scalar_type());
+  MOE_CHECK(scale->scalar_type() == kFloat, name, " must be float32, got ", scale->scalar_type());
   check_shape(*scale, name, expected);
   check_contiguous(*scale, name);
-  return scale->data_ptr<float>();
+  return scale->const_data_ptr<float>();
 }
 
-const float* check_bias(const std::optional<at::Tensor>& bias, const char* name,
-                        at::IntArrayRef expected, at::Tensor* converted) {
+const float* check_bias(const std::optional<Tensor>& bias, const char* name,
+                        IntArrayRef expected, Tensor* converted) {
   if (!bias.has_value()) return nullptr;
   MOE_CHECK(is_float_dtype(bias->scalar_type()), name, " must be a floating-point tensor, got ",
             bias->scalar_type());
   check_shape(*bias, name, expected);
   check_contiguous(*bias, name);
-  *converted = bias->to(at::kFloat).contiguous();
-  return converted->data_ptr<float>();
+  *converted = torch::stable::contiguous(torch::stable::to(*bias, kFloat));
+  return converted->const_data_ptr<float>();
 }
 
 // Fills rows/cols/dtype of w1 or w2 from an unpacked [E, rows, cols] tensor or
 // a packed one; returns E.
-int64_t describe_weight(const at::Tensor& w, const char* name, bool is_vnni, PackArch arch, PackLayout tiles,
+int64_t describe_weight(const Tensor& w, const char* name, bool is_vnni, PackArch arch, PackLayout tiles,
                         WeightOperand* operand) {
   operand->tensor = &w;
   operand->packed = is_vnni;
@@ -76,10 +81,10 @@ int64_t describe_weight(const at::Tensor& w, const char* name, bool is_vnni, Pac
     operand->tiles = header.layout != static_cast<int32_t>(PackLayout::kRows);
     operand->rows = header.rows;
     operand->cols = header.cols;
-    operand->dtype = static_cast<at::ScalarType>(header.dtype);
+    operand->dtype = static_cast<ScalarType>(header.dtype);
     return w.size(0);
   }
-  MOE_CHECK(!(w.scalar_type() == at::kByte && w.dim() == 2), name,
+  MOE_CHECK(!(w.scalar_type() == kByte && w.dim() == 2), name,
             " looks like the output of convert_weight_packed; pass is_vnni=True");
   MOE_CHECK(w.dim() == 3, name, " must be 3-D [E, rows, cols], got ", w.dim(), "-D");
   check_contiguous(w, name);
@@ -91,56 +96,56 @@ int64_t describe_weight(const at::Tensor& w, const char* name, bool is_vnni, Pac
 
 // A 4-bit weight (uint8, two values a byte): unpacked, its columns count
 // bytes; as the driver sees it, values, and the method's 4-bit dtype.
-void describe_four_bit(WeightOperand& w, const char* name, at::ScalarType four_bit, const char* method) {
+void describe_four_bit(WeightOperand& w, const char* name, ScalarType four_bit, const char* method) {
   if (w.packed) {  // the header holds the dtype, and the row length in bytes
     if (w.dtype == four_bit) w.cols *= 2;
     return;
   }
-  MOE_CHECK(w.dtype == at::kByte, name, " must be uint8 (two 4-bit values a byte) for ", method, ", got ", w.dtype);
+  MOE_CHECK(w.dtype == kByte, name, " must be uint8 (two 4-bit values a byte) for ", method, ", got ", w.dtype);
   w.dtype = four_bit;
   w.cols *= 2;
 }
 
 // INT4_W4A8's scales and zero points of one weight: [E, rows, cols / G] with
 // G (the group size) a multiple of 32 that divides cols, `dim` cols' name.
-void check_int4_groups(const std::optional<at::Tensor>& scale, const std::optional<at::Tensor>& zero,
+void check_int4_groups(const std::optional<Tensor>& scale, const std::optional<Tensor>& zero,
                        const char* weight, int64_t E, int64_t rows, int64_t cols, const char* dim,
-                       at::OptionalIntArrayRef block_size, WeightOperand* w) {
+                       const std::optional<std::vector<int64_t>>& block_size, WeightOperand* w) {
   const std::string scale_name = std::string(weight) + "_scale", zero_name = std::string(weight) + "_zero";
   const char* sname = scale_name.c_str();
   MOE_CHECK(scale.has_value(), sname, " is required for INT4_W4A8 (float32 [E, ", rows, ", ", dim,
             " / G], G the group size)");
-  MOE_CHECK(scale->scalar_type() == at::kFloat, sname, " must be float32, got ", scale->scalar_type());
+  MOE_CHECK(scale->scalar_type() == kFloat, sname, " must be float32, got ", scale->scalar_type());
   MOE_CHECK(scale->dim() == 3 && scale->size(0) == E && scale->size(1) == rows && scale->size(2) > 0,
             sname, " must have shape [E, ", rows, ", ", dim, " / G] = [", E, ", ", rows, ", ", dim, " / G], got ",
-            scale->sizes());
+            Shape{scale->sizes()});
   const int64_t groups = scale->size(2);
   MOE_CHECK(cols % groups == 0, sname, " has ", groups, " groups a row, which do not divide ", dim, " = ", cols,
             " (the group size G = ", dim, " / ", sname, ".shape[-1] must divide ", dim, ")");
   const int64_t group = cols / groups;
   MOE_CHECK(group % 32 == 0, sname, " gives a group size G = ", dim, " / ", groups, " = ", group,
             ", which is not a multiple of 32");
-  MOE_CHECK(!block_size.has_value() || *block_size == at::IntArrayRef({1, group}), "block_size must be None or [1, G] = [1, ",
-            group, "] for INT4_W4A8 (G from ", sname, "), got ", *block_size);
+  MOE_CHECK(!block_size.has_value() || *block_size == (std::vector<int64_t>{1, group}), "block_size must be None or [1, G] = [1, ",
+            group, "] for INT4_W4A8 (G from ", sname, "), got ", Shape{*block_size});
   check_contiguous(*scale, sname);
-  w->group_scale = scale->data_ptr<float>();
+  w->group_scale = scale->const_data_ptr<float>();
   w->scale_cols = groups;
   w->group = group;
   if (!zero.has_value()) return;
   const char* zname = zero_name.c_str();
-  MOE_CHECK(zero->scalar_type() == at::kByte, zname, " must be uint8 (zero points in [0, 15]), got ",
+  MOE_CHECK(zero->scalar_type() == kByte, zname, " must be uint8 (zero points in [0, 15]), got ",
             zero->scalar_type());
   check_shape(*zero, zname, scale->sizes());
   check_contiguous(*zero, zname);
   if (zero->numel() > 0) {
-    const int64_t largest = zero->max().item<int64_t>();
+    const int64_t largest = largest_byte(*zero);
     MOE_CHECK(largest <= 15, zname, " must hold zero points in [0, 15], got ", largest);
   }
   w->group_zero = zero->const_data_ptr<uint8_t>();
 }
 
 // MXFP4's E8M0 scales of one weight: uint8 [E, rows, cols / 32], no 255 (NaN).
-void check_mx_scale(const std::optional<at::Tensor>& scale, const char* weight, int64_t E, int64_t rows,
+void check_mx_scale(const std::optional<Tensor>& scale, const char* weight, int64_t E, int64_t rows,
                     int64_t cols, const char* dim, WeightOperand* w) {
   const std::string scale_name = std::string(weight) + "_scale";
   const char* sname = scale_name.c_str();
@@ -148,11 +153,11 @@ void check_mx_scale(const std::optional<at::Tensor>& scale, const char* weight, 
             ") to be a multiple of 32 (its blocks), got ", dim, " = ", cols);
   MOE_CHECK(scale.has_value(), sname, " is required for MXFP4 (uint8 E8M0 scales [E, ", rows, ", ", dim,
             " / 32])");
-  MOE_CHECK(scale->scalar_type() == at::kByte, sname, " must be uint8 (E8M0 scales), got ", scale->scalar_type());
+  MOE_CHECK(scale->scalar_type() == kByte, sname, " must be uint8 (E8M0 scales), got ", scale->scalar_type());
   check_shape(*scale, sname, {E, rows, cols / 32});
   check_contiguous(*scale, sname);
   if (scale->numel() > 0) {
-    const int64_t largest = scale->max().item<int64_t>();
+    const int64_t largest = largest_byte(*scale);
     MOE_CHECK(largest != 255, sname, " holds the E8M0 byte 255 (NaN in the OCP spec), which is not a scale");
   }
   w->mx_scale = scale->const_data_ptr<uint8_t>();
@@ -178,10 +183,10 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch,
   check_tensor(args.w1_bias, "w1_bias");
   check_tensor(args.w2_bias, "w2_bias");
 
-  const at::Tensor& x = args.hidden_states;
+  const Tensor& x = args.hidden_states;
   MOE_CHECK(x.dim() == 2, "hidden_states must be 2-D [M, K], got ", x.dim(), "-D");
   p.act_dtype = x.scalar_type();
-  MOE_CHECK(p.act_dtype == at::kBFloat16 || p.act_dtype == at::kHalf || p.act_dtype == at::kFloat,
+  MOE_CHECK(p.act_dtype == kBFloat16 || p.act_dtype == kHalf || p.act_dtype == kFloat,
             "hidden_states must be bfloat16, float16 or float32, got ", p.act_dtype);
   check_contiguous(x, "hidden_states");
   p.tokens = x.size(0);
@@ -190,8 +195,8 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch,
 
   MOE_CHECK(args.topk_ids.dim() == 2 && args.topk_ids.size(0) == p.tokens,
             "topk_ids must be 2-D [M, topk] with M = ", p.tokens, ", got shape ",
-            args.topk_ids.sizes());
-  MOE_CHECK(args.topk_ids.scalar_type() == at::kInt || args.topk_ids.scalar_type() == at::kLong,
+            Shape{args.topk_ids.sizes()});
+  MOE_CHECK(args.topk_ids.scalar_type() == kInt || args.topk_ids.scalar_type() == kLong,
             "topk_ids must be int32 or int64, got ", args.topk_ids.scalar_type());
   check_contiguous(args.topk_ids, "topk_ids");
   p.topk = args.topk_ids.size(1);
@@ -220,14 +225,14 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch,
 
   const int64_t e1 = describe_weight(args.w1, "w1", args.is_vnni, arch, tiles, &p.w1);
   const int64_t e2 = describe_weight(args.w2, "w2", args.is_vnni, arch, tiles, &p.w2);
-  const at::ScalarType four_bit = four_bit_dtype(p.method);
-  if (four_bit != at::ScalarType::Undefined) {
+  const ScalarType four_bit = four_bit_dtype(p.method);
+  if (four_bit != ScalarType::Undefined) {
     describe_four_bit(p.w1, "w1", four_bit, method);
     describe_four_bit(p.w2, "w2", four_bit, method);
     MOE_CHECK(p.hidden % 2 == 0, "hidden_states must have an even K for ", method,
               " (two 4-bit values a byte), got K = ", p.hidden);
   }
-  const at::ScalarType wdtype = four_bit != at::ScalarType::Undefined ? four_bit : weight_dtype(p.method, p.act_dtype);
+  const ScalarType wdtype = four_bit != ScalarType::Undefined ? four_bit : weight_dtype(p.method, p.act_dtype);
   MOE_CHECK(p.w1.dtype == wdtype, "w1 must be ", wdtype, " for ", method, " with ", p.act_dtype,
             " hidden_states, got ", p.w1.dtype);
   MOE_CHECK(p.w2.dtype == wdtype, "w2 must be ", wdtype, " for ", method, " with ", p.act_dtype,
@@ -240,7 +245,7 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch,
   MOE_CHECK(p.w1.rows % 2 == 0, "w1 must be [E, 2N, K] with an even number of rows, got ",
             p.w1.rows);
   p.inter = p.w1.rows / 2;
-  MOE_CHECK(four_bit == at::ScalarType::Undefined || p.inter % 2 == 0, "w1 must be [E, 2N, K / 2] with an even N for ",
+  MOE_CHECK(four_bit == ScalarType::Undefined || p.inter % 2 == 0, "w1 must be [E, 2N, K / 2] with an even N for ",
             method, " (w2 holds two 4-bit values of N a byte), got N = ", p.inter);
   MOE_CHECK(p.w2.rows == p.hidden && p.w2.cols == p.inter, "w2 must be [E, K, N] = [", e1, ", ",
             p.hidden, ", ", p.inter, "] to match w1 and hidden_states, got [", e2, ", ", p.w2.rows,
@@ -257,9 +262,9 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch,
     check_int4_groups(args.w1_scale, args.w1_zero, "w1", E, 2 * N, K, "K", args.block_size, &p.w1);
     check_int4_groups(args.w2_scale, args.w2_zero, "w2", E, K, N, "N", args.block_size, &p.w2);
   } else if (p.method == Method::kMxfp4) {
-    MOE_CHECK(!args.block_size.has_value() || *args.block_size == at::IntArrayRef({1, 32}),
+    MOE_CHECK(!args.block_size.has_value() || *args.block_size == (std::vector<int64_t>{1, 32}),
               "block_size must be None or [1, 32] for MXFP4 (blocks of 32 along the reduction dimension), got ",
-              *args.block_size);
+              Shape{*args.block_size});
     check_mx_scale(args.w1_scale, "w1", E, 2 * N, K, "K", &p.w1);
     check_mx_scale(args.w2_scale, "w2", E, K, N, "N", &p.w2);
   } else {
@@ -268,7 +273,7 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch,
     p.block_n = (*args.block_size)[0];
     p.block_k = (*args.block_size)[1];
     MOE_CHECK(p.block_n > 0 && p.block_k > 0, "block_size must be two positive values, got ",
-              *args.block_size);
+              Shape{*args.block_size});
     // A block past the dimension it blocks is one block of it; clamped so that
     // the kernels' block arithmetic stays far from overflow.
     p.block_n = std::min(p.block_n, std::max(2 * N, K));
@@ -285,17 +290,18 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch,
   p.w1.bias = check_bias(args.w1_bias, "w1_bias", {E, 2 * N}, &p.w1.bias_f32);
   p.w2.bias = check_bias(args.w2_bias, "w2_bias", {E, K}, &p.w2.bias_f32);
 
-  p.topk_ids = args.topk_ids.to(at::kLong).contiguous();
-  p.topk_weights = args.topk_weights.to(at::kFloat).contiguous();
+  p.topk_ids = torch::stable::contiguous(torch::stable::to(args.topk_ids, kLong));
+  p.topk_weights = torch::stable::contiguous(torch::stable::to(args.topk_weights, kFloat));
   if (p.topk_ids.numel() > 0) {
-    const int64_t max_id = p.topk_ids.max().item<int64_t>();
+    const int64_t* ids = p.topk_ids.const_data_ptr<int64_t>();
+    const int64_t max_id = *std::max_element(ids, ids + p.topk_ids.numel());
     MOE_CHECK(max_id < E, "topk_ids must be in [0, E) = [0, ", E, ") (negative marks an unused slot), got ",
               max_id);
   }
 
   if (p.method == Method::kInt8W8A8 || p.method == Method::kInt4W4A8) {
     p.compute = ComputeType::kInt8;
-  } else if (p.act_dtype == at::kBFloat16) {
+  } else if (p.act_dtype == kBFloat16) {
     p.compute = ComputeType::kBF16;
   } else {
     p.compute = ComputeType::kF32;

@@ -1,10 +1,9 @@
 #include "core/dispatch.h"
 
-#include <c10/util/Exception.h>
-
 #include <cstdlib>
 #include <string>
 
+#include "core/stable_torch.h"
 #include "moe_xarch.h"
 
 namespace moe_xarch {
@@ -41,11 +40,11 @@ Selected select_level() {
   }
   for (const IsaLevel& level : ladder) {
     if (std::string(level.name) != forced) continue;
-    TORCH_CHECK(level.supported, "MOE_XARCH_ISA=", forced,
+    MOE_XARCH_CHECK(level.supported, "MOE_XARCH_ISA=", forced,
                 " is not supported by this CPU; it supports: ", level_names(true));
     return {level.name, &level.kernels()};
   }
-  TORCH_CHECK(false, "MOE_XARCH_ISA=", forced,
+  MOE_XARCH_CHECK(false, "MOE_XARCH_ISA=", forced,
               " names no kernel path of this architecture; choose one of: ",
               level_names(false));
 }

@@ -1,10 +1,9 @@
 #include "core/expert_gemm.h"
 
-#include <c10/util/Half.h>
-
 #include <array>
 
 #include "core/packing.h"
+#include "core/stable_torch.h"
 
 namespace moe_xarch {
 namespace {
@@ -27,7 +26,7 @@ const uint8_t* WeightOperand::expert_rows(int64_t expert, int64_t* ld, const int
 }
 
 int64_t WeightOperand::row_bytes() const {
-  return is_four_bit(dtype) ? cols / 2 : cols * static_cast<int64_t>(c10::elementSize(dtype));
+  return is_four_bit(dtype) ? cols / 2 : cols * static_cast<int64_t>(element_size(dtype));
 }
 
 WeightTile ExpertGemm::tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, int64_t a_ld, Scratch& scratch,
@@ -35,31 +34,31 @@ WeightTile ExpertGemm::tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, i
   int64_t ld = 0;
   const int32_t* row_sums = nullptr;
   const uint8_t* base = w_.expert_rows(expert, &ld, &row_sums);
-  const int64_t elem = c10::elementSize(w_.dtype);
+  const int64_t elem = element_size(w_.dtype);
   WeightTile t{base + r0 * ld * elem, ld, w_.packed ? a_ld : w_.cols, r1 - r0,
                row_sums ? row_sums + r0 : nullptr,
                w_.channel_scale ? w_.channel_scale + expert * w_.rows + r0 : nullptr};
   t.tiles = w_.tiles;
-  if (w_.dtype == at::kQUInt4x2) {  // read as it is: groups end at the logical width
+  if (w_.dtype == kQUInt4x2) {  // read as it is: groups end at the logical width
     t.k = w_.cols;
     t.w4a8 = true;
     const int64_t first = (expert * w_.rows + r0) * w_.scale_cols;
     t.groups = {w_.group_scale + first, w_.group_zero ? w_.group_zero + first : nullptr, w_.scale_cols, w_.group};
     return t;
   }
-  if (w_.dtype == at::kFloat4_e2m1fn_x2 && p_.compute == ComputeType::kBF16 && kernels_.gemm_bf16_mxfp4_takes(m)) {
+  if (w_.dtype == kFloat4_e2m1fn_x2 && p_.compute == ComputeType::kBF16 && kernels_.gemm_bf16_mxfp4_takes(m)) {
     t.k = w_.cols;  // blocks end at the logical width, as W4A8's groups
     t.mxfp4 = true;
     t.mx_scale = w_.mx_scale + (expert * w_.rows + r0) * w_.scale_cols;
     t.mx_scale_ld = w_.scale_cols;
     return t;
   }
-  if (w_.dtype == at::kFloat8_e4m3fn) {  // for the fused GEMM, or the blocks of K of a widened tile
+  if (w_.dtype == kFloat8_e4m3fn) {  // for the fused GEMM, or the blocks of K of a widened tile
     t.fp8_scales = {w_.block_scale + expert * w_.scale_rows * w_.scale_cols, w_.scale_cols, r0, p_.block_n,
                     p_.block_k};
   }
   // fp8 in the line layout goes to gemm_bf16_fp8_tiles whatever m: it has no rows to widen.
-  if (w_.dtype == at::kFloat8_e4m3fn && p_.compute == ComputeType::kBF16 &&
+  if (w_.dtype == kFloat8_e4m3fn && p_.compute == ComputeType::kBF16 &&
       (w_.tiles || kernels_.gemm_bf16_fp8_takes(m))) {
     // The logical width: block scales end there, padding or not.
     t.k = w_.cols;
@@ -75,7 +74,7 @@ WeightTile ExpertGemm::tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, i
         fp8_to_bf16(cols, src, dst);
       };
       widen_rows(base, ld, expert, r0, r1, a_ld, out, fp8_exact, kernels_.mxfp4_to_bf16, to_bf16_bits);
-      if (w_.dtype == at::kFloat8_e4m3fn) {
+      if (w_.dtype == kFloat8_e4m3fn) {
         if (!scratch.block_sums) scratch.block_sums = aligned_buffer<float>(kTokenChunk, kMaxTileRows, kBlockSums);
         t.fp8_block_sums = scratch.block_sums.get();
       }
@@ -166,7 +165,7 @@ Scratch ExpertGemm::scratch() const {
 }
 
 bool ExpertGemm::dequantizes() const {
-  return w_.dtype == at::kHalf || w_.dtype == at::kFloat8_e4m3fn || w_.dtype == at::kFloat4_e2m1fn_x2;
+  return w_.dtype == kHalf || w_.dtype == kFloat8_e4m3fn || w_.dtype == kFloat4_e2m1fn_x2;
 }
 
 // fp16 rows (converted here), fp8 rows (times their block scales, by the
@@ -178,9 +177,9 @@ void ExpertGemm::widen_rows(const uint8_t* base, int64_t ld, int64_t expert, int
   std::vector<uint8_t> tiled_row(w_.tiles ? cols : 0);
   for (int64_t r = r0; r < r1; ++r) {
     T* dst = out + (r - r0) * ld_out;
-    if (w_.dtype == at::kFloat4_e2m1fn_x2) {
+    if (w_.dtype == kFloat4_e2m1fn_x2) {
       mxfp4_row(cols, base + r * ld, w_.mx_scale + (expert * w_.rows + r) * w_.scale_cols, dst);
-    } else if (w_.dtype == at::kHalf) {
+    } else if (w_.dtype == kHalf) {
       const auto* src = reinterpret_cast<const c10::Half*>(base) + r * ld;
       for (int64_t c = 0; c < cols; ++c) dst[c] = convert(static_cast<float>(src[c]));
     } else {

@@ -2,17 +2,15 @@
 // range named moe_xarch::<phase> in torch.profiler (core/phases.h).
 #include "core/fused_experts.h"
 
-#include <ATen/ops/empty_like.h>
-
 #include "core/phase_ranges.h"
 #include "core/phases.h"
 #include "core/routing.h"
 
 namespace moe_xarch {
 
-at::Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const FusedExpertsArgs& args) {
+Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const FusedExpertsArgs& args) {
   const MoeProblem p = check_fused_experts_args(args, arch, kernels.tiles);
-  at::Tensor out = args.inplace ? args.hidden_states : at::empty_like(args.hidden_states);
+  Tensor out = args.inplace ? args.hidden_states : torch::stable::empty_like(args.hidden_states);
   if (p.tokens == 0) return out;
 
   PhaseRanges phases;

@@ -1,20 +1,18 @@
-#include <ATen/Parallel.h>
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
 
 #include <cstring>
 #include <vector>
 
 #include "core/phases.h"
+#include "core/stable_torch.h"
 
 namespace moe_xarch {
 namespace {
 
-void load_row_f32(const at::Tensor& x, int64_t row, float* out) {
+void load_row_f32(const Tensor& x, int64_t row, float* out) {
   const int64_t k = x.size(1);
   switch (x.scalar_type()) {
-    case at::kFloat: std::memcpy(out, x.const_data_ptr<float>() + row * k, k * sizeof(float)); break;
-    case at::kBFloat16: {
+    case kFloat: std::memcpy(out, x.const_data_ptr<float>() + row * k, k * sizeof(float)); break;
+    case kBFloat16: {
       const auto* src = x.const_data_ptr<c10::BFloat16>() + row * k;
       for (int64_t i = 0; i < k; ++i) out[i] = static_cast<float>(src[i]);
       break;
@@ -30,11 +28,11 @@ void load_row_f32(const at::Tensor& x, int64_t row, float* out) {
 }  // namespace
 
 // Each token is converted (int8: quantized) once, then copied to each of its slots.
-Activations gather(const KernelSet& kernels, const MoeProblem& p, const at::Tensor& hidden_states,
+Activations gather(const KernelSet& kernels, const MoeProblem& p, const Tensor& hidden_states,
                    const Routing& routing) {
   const int64_t M = p.tokens, K = p.hidden;
   Activations tokens(kernels, p.compute, M, K, "hidden_states in the GEMMs' input type ([M, K])");
-  at::parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
+  parallel_for(0, M, 16, [&](int64_t begin, int64_t end) {
     std::vector<float> row(K);
     for (int64_t m = begin; m < end; ++m) {
       load_row_f32(hidden_states, m, row.data());
@@ -43,7 +41,7 @@ Activations gather(const KernelSet& kernels, const MoeProblem& p, const at::Tens
   });
   Activations x(kernels, p.compute, routing.slots(), K,
                 "the routed copy of hidden_states (a row of K per routed slot: up to M x topk rows)");
-  at::parallel_for(0, routing.slots(), 16, [&](int64_t begin, int64_t end) {
+  parallel_for(0, routing.slots(), 16, [&](int64_t begin, int64_t end) {
     for (int64_t s = begin; s < end; ++s) x.copy_row(s, tokens, routing.token[s]);
   });
   return x;

@@ -1,9 +1,9 @@
 // moe_comp_method values of the spec and the weight dtype each expects.
 #pragma once
 
-#include <c10/core/ScalarType.h>
-
 #include <cstdint>
+
+#include "core/stable_torch.h"
 
 namespace moe_xarch {
 
@@ -15,11 +15,11 @@ const char* method_name(int64_t moe_comp_method);
 Method check_method(int64_t moe_comp_method);
 
 // The weight dtype a method takes; UNQUANT takes the activations' dtype.
-at::ScalarType weight_dtype(Method method, at::ScalarType activation_dtype);
+ScalarType weight_dtype(Method method, ScalarType activation_dtype);
 
 // 4-bit weights arrive as uint8, two values a byte; the driver and packed
 // headers tell them apart by these one-byte dtypes (kUndefined: not 4-bit).
-at::ScalarType four_bit_dtype(Method method);
-bool is_four_bit(at::ScalarType dtype);
+ScalarType four_bit_dtype(Method method);
+bool is_four_bit(ScalarType dtype);
 
 }  // namespace moe_xarch

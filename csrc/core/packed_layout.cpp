@@ -35,26 +35,26 @@ void store_tiles(TileShape shape, const uint8_t* src, int64_t rows, int64_t cols
 
 }  // namespace
 
-bool tiles_apply(PackLayout tiles, int64_t rows, at::ScalarType dtype) {
+bool tiles_apply(PackLayout tiles, int64_t rows, ScalarType dtype) {
   if (tiles == PackLayout::kTiles16) {
-    return (dtype == at::kBFloat16 || dtype == at::kChar || dtype == at::kFloat8_e4m3fn) && rows % 32 == 0;
+    return (dtype == kBFloat16 || dtype == kChar || dtype == kFloat8_e4m3fn) && rows % 32 == 0;
   }
-  if (tiles == PackLayout::kTiles2) return (dtype == at::kBFloat16 || dtype == at::kChar) && rows % 4 == 0;
+  if (tiles == PackLayout::kTiles2) return (dtype == kBFloat16 || dtype == kChar) && rows % 4 == 0;
   return false;
 }
 
-const char* layout_description(PackLayout tiles, at::ScalarType dtype) {
+const char* layout_description(PackLayout tiles, ScalarType dtype) {
   if (tiles == PackLayout::kTiles2) return "the row-pair tile layout of the i8mm level";
-  return dtype == at::kFloat8_e4m3fn ? "the line layout of the avx512_bf16 and amx levels"
+  return dtype == kFloat8_e4m3fn ? "the line layout of the avx512_bf16 and amx levels"
                                      : "the tile layout of the avx512_bf16 and amx levels";
 }
 
 void write_expert(const uint8_t* src, const PackedHeader& header, uint8_t* block) {
-  const auto dtype = static_cast<at::ScalarType>(header.dtype);
-  const int64_t rows = header.rows, cols = header.cols, elem = c10::elementSize(dtype);
+  const auto dtype = static_cast<ScalarType>(header.dtype);
+  const int64_t rows = header.rows, cols = header.cols, elem = element_size(dtype);
   uint8_t* values = block + kPackedHeaderBytes;
   const auto layout = static_cast<PackLayout>(header.layout);
-  if (layout == PackLayout::kTiles16 && dtype == at::kFloat8_e4m3fn) {
+  if (layout == PackLayout::kTiles16 && dtype == kFloat8_e4m3fn) {
     store_fp8_lines(src, rows, cols, header.ld, values);
   } else if (layout != PackLayout::kRows) {
     store_tiles(layout == PackLayout::kTiles16 ? kTiles16Shape : kTiles2Shape, src, rows, cols, elem,

@@ -1,7 +1,7 @@
 // The packed weight layouts, described once; core/packed_layout.cpp writes
 // them (convert_weight_packed), the kernels read them.
 //
-// A packed tensor is uint8 [E, packed_nbytes(rows, cols, dtype)]: per expert a
+// A packed tensor is uint8 [E, packed_nbytes(rows, cols, dtype, method)]: per expert a
 // 64-byte self-describing header (core/packing.h), then its values in one
 // layout, then, for int8, the int32 row sums of x86's unsigned*signed VNNI path.
 //

@@ -7,11 +7,10 @@
 // layout refuses the tensor.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-
 #include <cstdint>
 
 #include "core/packed_layout.h"
+#include "core/stable_torch.h"
 
 namespace moe_xarch {
 
@@ -42,27 +41,27 @@ struct PackedView {
 
 // In `tiles`, the tile layout the running level reads (KernelSet::tiles), where
 // it applies; kRows: rows.
-at::Tensor pack_weights(const at::Tensor& weight, int64_t moe_comp_method, PackArch arch, PackLayout tiles);
+Tensor pack_weights(const Tensor& weight, int64_t moe_comp_method, PackArch arch, PackLayout tiles);
 
 // Checks that `packed` (the argument called `name`) came from
 // convert_weight_packed on this architecture, in a layout the running level
 // reads (rows, or `tiles`: KernelSet::tiles), and returns its header: expert 0's.
-PackedHeader check_packed(const at::Tensor& packed, const char* name, PackArch arch, PackLayout tiles);
+PackedHeader check_packed(const Tensor& packed, const char* name, PackArch arch, PackLayout tiles);
 
 // Checks that an expert of a checked packed tensor carries expert 0's header.
 // Each header is a cache miss, so a call checks only the experts it reads.
-void check_packed_expert(const at::Tensor& packed, const char* name, int64_t expert);
+void check_packed_expert(const Tensor& packed, const char* name, int64_t expert);
 
-PackedView packed_expert(const at::Tensor& packed, int64_t expert);
+PackedView packed_expert(const Tensor& packed, int64_t expert);
 
 // The layouts' writers (core/packed_layout.cpp). Whether the tile layout
 // `tiles` (kTiles16 for fp8: the line layout) applies to a weight of `rows`
 // rows of `dtype`:
-bool tiles_apply(PackLayout tiles, int64_t rows, at::ScalarType dtype);
+bool tiles_apply(PackLayout tiles, int64_t rows, ScalarType dtype);
 
 // A tile layout's name (kTiles16's for fp8: the line layout) and the levels
 // that read it, for errors.
-const char* layout_description(PackLayout tiles, at::ScalarType dtype);
+const char* layout_description(PackLayout tiles, ScalarType dtype);
 
 // One expert's rows x cols values (src, unpadded) into its zeroed block
 // after the header, in the header's layout, with its row sums if it has them.

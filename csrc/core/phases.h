@@ -2,19 +2,18 @@
 // each parallel over independent work items (see the spec for the math).
 #pragma once
 
-#include <ATen/core/Tensor.h>
-
 #include "core/activations.h"
 #include "core/buffers.h"
 #include "core/kernels.h"
 #include "core/problem.h"
 #include "core/routing.h"
+#include "core/stable_torch.h"
 
 namespace moe_xarch {
 
 // Phase 1 (gather.cpp): each routed token row in the GEMMs' input type (bf16,
 // fp32, or int8 quantized per token), one row per routed slot.
-Activations gather(const KernelSet& kernels, const MoeProblem& p, const at::Tensor& hidden_states,
+Activations gather(const KernelSet& kernels, const MoeProblem& p, const Tensor& hidden_states,
                    const Routing& routing);
 
 // Phase 2 (w1_activation.cpp): per (expert, block of N), h = x @ W1^T + b1
@@ -28,6 +27,6 @@ AlignedBuffer<float> w2_combine(const KernelSet& kernels, const MoeProblem& p, c
                                 const Activations& inter);
 
 // Phase 4 (cast_output.cpp): each token's fp32 row cast once into `out`.
-void cast_output(const float* acc, at::Tensor& out);
+void cast_output(const float* acc, Tensor& out);
 
 }  // namespace moe_xarch

@@ -5,8 +5,8 @@
 namespace moe_xarch {
 
 Routing route(const MoeProblem& p) {
-  const int64_t* ids = p.topk_ids.data_ptr<int64_t>();
-  const float* weights = p.topk_weights.data_ptr<float>();
+  const int64_t* ids = p.topk_ids.const_data_ptr<int64_t>();
+  const float* weights = p.topk_weights.const_data_ptr<float>();
   const int64_t pairs = p.tokens * p.topk;
   Routing r;
   r.expert_begin.assign(p.experts + 1, 0);

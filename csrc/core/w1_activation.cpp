@@ -1,4 +1,3 @@
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <array>
@@ -6,6 +5,7 @@
 
 #include "core/expert_gemm.h"
 #include "core/phases.h"
+#include "core/stable_torch.h"
 #include "core/work_sharing.h"
 
 namespace moe_xarch {
@@ -75,12 +75,12 @@ Activations w1_activation(const KernelSet& kernels, const MoeProblem& p, const R
     }
   });
   if (p.compute == ComputeType::kInt8) {
-    at::parallel_for(0, slots, 16, [&](int64_t begin, int64_t end) {
+    parallel_for(0, slots, 16, [&](int64_t begin, int64_t end) {
       for (int64_t s = begin; s < end; ++s) inter.store_row(s, inter_f32.get() + s * inter.ld, N);
     });
   } else {
     // Zero the padding past N so padded W2 operands can run over inter.ld.
-    at::parallel_for(0, slots, 64, [&](int64_t begin, int64_t end) {
+    parallel_for(0, slots, 64, [&](int64_t begin, int64_t end) {
       for (int64_t s = begin; s < end; ++s) inter.zero_padding(s, N);
     });
   }

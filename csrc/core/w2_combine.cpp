@@ -1,4 +1,3 @@
-#include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <array>
@@ -6,6 +5,7 @@
 #include "core/checked.h"
 #include "core/expert_gemm.h"
 #include "core/phases.h"
+#include "core/stable_torch.h"
 
 namespace moe_xarch {
 
@@ -20,7 +20,7 @@ AlignedBuffer<float> w2_combine(const KernelSet& kernels, const MoeProblem& p, c
   auto acc = aligned_buffer<float>(M, K, "the fp32 output accumulator ([M, K] of hidden_states)");
   const ExpertGemm gemm2(kernels, p, p.w2);
   const std::array<float, kHiddenBlock> no_bias{};  // stands in for a missing bias
-  at::parallel_for(0, ceil_div(K, kHiddenBlock), 1, [&](int64_t begin, int64_t end) {
+  parallel_for(0, ceil_div(K, kHiddenBlock), 1, [&](int64_t begin, int64_t end) {
     Scratch scratch = gemm2.scratch();
     const int64_t first = begin * kHiddenBlock, last = std::min(K, end * kHiddenBlock);
     for (int64_t m = 0; m < M; ++m) std::fill(acc.get() + m * K + first, acc.get() + m * K + last, 0.f);

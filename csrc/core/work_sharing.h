@@ -6,12 +6,12 @@
 // unevenly, so equal runs alone leave the first thread done waiting.
 #pragma once
 
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
+
+#include "core/stable_torch.h"
 
 namespace moe_xarch {
 
@@ -57,9 +57,9 @@ class SharedItems {
 // them as above; each thread makes its scratch once (make_scratch()).
 template <class MakeScratch, class Work>
 void for_each_shared_item(int64_t items, MakeScratch make_scratch, Work work) {
-  const int64_t runs = std::min<int64_t>(at::get_num_threads(), items);
+  const int64_t runs = std::min<int64_t>(num_threads(), items);
   SharedItems shared(items, runs);
-  at::parallel_for(0, runs, 1, [&](int64_t begin, int64_t end) {
+  parallel_for(0, runs, 1, [&](int64_t begin, int64_t end) {
     auto scratch = make_scratch();
     for (int64_t run = begin; run < end; ++run) {
       for (int64_t item; (item = shared.next(run)) >= 0;) work(item, scratch);

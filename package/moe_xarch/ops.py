@@ -257,7 +257,5 @@ def _fused_experts_cpu_fake(hidden_states: Tensor, *args: object) -> Tensor:
 @torch.library.register_fake("moe_xarch::convert_weight_packed")
 def _convert_weight_packed_fake(weight: Tensor, moe_comp_method: int) -> Tensor:
     experts, rows, cols = weight.shape
-    # As the CPU op: 4-bit weights are rows of bytes named by their 4-bit dtype.
-    dtype = _FOUR_BIT_DTYPES.get(moe_comp_method, weight.dtype) if weight.dtype == torch.uint8 else weight.dtype
-    nbytes = torch.ops.moe_xarch.packed_nbytes(rows, cols, dtype)
+    nbytes = torch.ops.moe_xarch.packed_nbytes(rows, cols, weight.dtype, moe_comp_method)
     return weight.new_empty((experts, nbytes), dtype=torch.uint8)

@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[2]
 ARM_OPS = "csrc/arch/arm/ops.cpp"
 REGISTER = "csrc/register.cpp"
 NEW_PARAMETERS = re.compile(
-    r"\s*const std::optional<at::Tensor>& w1_bias, const std::optional<at::Tensor>& w2_bias,"
+    r"\s*const std::optional<Tensor>& w1_bias, const std::optional<Tensor>& w2_bias,"
     r"\s*std::optional<double> alpha, std::optional<double> limit,"
 )
 
@@ -64,14 +64,15 @@ def register_legacy_kernel_on_aarch64(tree: Path) -> None:
         "#endif"
     )
     declaration = (
-        "at::Tensor legacy_fused_experts_cpu(const at::Tensor&, const at::Tensor&, const at::Tensor&,\n"
-        "    const at::Tensor&, const at::Tensor&, bool, int64_t, const std::optional<at::Tensor>&,\n"
-        "    const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,\n"
-        "    const std::optional<at::Tensor>&, at::OptionalIntArrayRef, bool);\n"
+        "using moe_xarch::Tensor;\n"
+        "Tensor legacy_fused_experts_cpu(const Tensor&, const Tensor&, const Tensor&,\n"
+        "    const Tensor&, const Tensor&, bool, int64_t, const std::optional<Tensor>&,\n"
+        "    const std::optional<Tensor>&, const std::optional<Tensor>&,\n"
+        "    const std::optional<Tensor>&, const std::optional<std::vector<int64_t>>&, bool);\n"
     )
     text = path.read_text()
     assert shared in text
-    anchor = "TORCH_LIBRARY(moe_xarch, m) {"
+    anchor = "STABLE_TORCH_LIBRARY(moe_xarch, m) {"
     path.write_text(text.replace(shared, legacy).replace(anchor, declaration + anchor))
 
 

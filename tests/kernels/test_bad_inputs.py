@@ -385,9 +385,9 @@ def test_weights_packed_on_another_architecture_are_refused() -> None:
 @pytest.mark.level_independent
 def test_packed_nbytes_does_not_wrap() -> None:
     with pytest.raises(RuntimeError, match=r"\brows\b.*\bcols\b"):
-        torch.ops.moe_xarch.packed_nbytes(2**62, 64, torch.float8_e4m3fn)
+        torch.ops.moe_xarch.packed_nbytes(2**62, 64, torch.float8_e4m3fn, FP8)
     with pytest.raises(RuntimeError, match=r"\brows\b.*\bcols\b"):
-        torch.ops.moe_xarch.packed_nbytes(64, 2**63 - 1, torch.bfloat16)
+        torch.ops.moe_xarch.packed_nbytes(64, 2**63 - 1, torch.bfloat16, UNQUANT)
 
 
 @pytest.mark.level_independent

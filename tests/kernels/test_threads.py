@@ -1,8 +1,9 @@
-"""The ops parallelize on torch's own OpenMP runtime.
+"""The ops parallelize on torch's own threads.
 
-at::parallel_for is inline: a library built without OpenMP compiles its
-parallel regions away and runs every op on one thread, which no answer shows.
-So these tests read what the library links, and what the process maps.
+The library's parallel regions are torch's parallel_for, reached through the
+stable ABI, so torch.set_num_threads rules them. A library that lost them would
+run every op on one thread, which no answer shows: so these tests read what the
+library imports, and what the process maps.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from moe_xarch.testing import make_moe_problem
 
 
 @pytest.mark.level_independent
-def test_library_opens_openmp_parallel_regions() -> None:
-    # The import of libgomp's entry point, in the dynamic symbol table.
-    assert b"GOMP_parallel" in LIBRARY_PATH.read_bytes()
+def test_library_runs_its_parallel_regions_on_torch() -> None:
+    # The import of the stable ABI's parallel_for, in the dynamic symbol table.
+    assert b"torch_parallel_for" in LIBRARY_PATH.read_bytes()
 
 
 def test_one_openmp_runtime_in_the_process() -> None:
-    """The library uses torch's libgomp: a second runtime would ignore torch.set_num_threads."""
+    """Only torch's libgomp: a second runtime would ignore torch.set_num_threads."""
     problem = make_moe_problem(4, 64, 32, 4, 2, torch.bfloat16, MoeCompMethod.UNQUANT, seed=3)
     moe_xarch.fused_experts(**problem.kwargs())
     maps = Path("/proc/self/maps").read_text().splitlines()

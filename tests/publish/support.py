@@ -30,6 +30,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from build_support import torch_pin  # noqa: E402
 from harness import records  # noqa: E402
 from harness.ladders import declared_ladders  # noqa: E402
 from harness.targets import load_targets  # noqa: E402
@@ -119,9 +120,6 @@ def index(tmp_path: Path) -> Iterator[Index]:
 # --- small real distributions ----------------------------------------------------------
 
 
-def _torch_pin(arch: str) -> str:
-    major, minor = TARGETS[arch].torch.split("==")[1].split(".")[:2]
-    return f"torch=={major}.{minor}.*"
 
 
 METADATA = """Metadata-Version: 2.1
@@ -144,7 +142,7 @@ def make_wheel(directory: Path, arch: str, version: str = "1.0.0", payload: byte
     files = {
         "moe_xarch/__init__.py": b"ARCH = %r\n" % arch + payload,
         f"{dist_info}/METADATA": METADATA.format(
-            version=version, requires=f"Requires-Dist: {_torch_pin(arch)}\n").encode(),
+            version=version, requires=f"Requires-Dist: {torch_pin.REQUIREMENT}\n").encode(),
         f"{dist_info}/WHEEL": (
             f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\n"
             f"Tag: py3-none-manylinux_{glibc}_{arch}\n").encode(),

@@ -12,13 +12,13 @@ namespace {
 constexpr moe_xarch::PackArch kArch = moe_xarch::PackArch::kGeneric;
 }
 
-at::Tensor moe_xarch::fused_experts_cpu(
-    const at::Tensor& hidden_states, const at::Tensor& w1, const at::Tensor& w2,
-    const at::Tensor& topk_weights, const at::Tensor& topk_ids, bool inplace,
-    int64_t moe_comp_method, const std::optional<at::Tensor>& w1_scale,
-    const std::optional<at::Tensor>& w2_scale, const std::optional<at::Tensor>& w1_zero,
-    const std::optional<at::Tensor>& w2_zero, at::OptionalIntArrayRef block_size,
-    const std::optional<at::Tensor>& w1_bias, const std::optional<at::Tensor>& w2_bias,
+moe_xarch::Tensor moe_xarch::fused_experts_cpu(
+    const Tensor& hidden_states, const Tensor& w1, const Tensor& w2,
+    const Tensor& topk_weights, const Tensor& topk_ids, bool inplace,
+    int64_t moe_comp_method, const std::optional<Tensor>& w1_scale,
+    const std::optional<Tensor>& w2_scale, const std::optional<Tensor>& w1_zero,
+    const std::optional<Tensor>& w2_zero, const std::optional<std::vector<int64_t>>& block_size,
+    const std::optional<Tensor>& w1_bias, const std::optional<Tensor>& w2_bias,
     std::optional<double> alpha, std::optional<double> limit, bool is_vnni) {
   return run_fused_experts(active_kernels(), kArch,
                            {hidden_states, w1, w2, topk_weights, topk_ids, inplace,
@@ -26,6 +26,6 @@ at::Tensor moe_xarch::fused_experts_cpu(
                             w1_bias, w2_bias, alpha, limit, is_vnni});
 }
 
-at::Tensor moe_xarch::convert_weight_packed(const at::Tensor& weight, int64_t moe_comp_method) {
+moe_xarch::Tensor moe_xarch::convert_weight_packed(const Tensor& weight, int64_t moe_comp_method) {
   return pack_weights(weight, moe_comp_method, kArch, active_kernels().tiles);
 }
