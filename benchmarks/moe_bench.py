@@ -22,9 +22,9 @@ faster of the two) is measured once per thread count at the start.
 Writes a table, JSON and a PNG plot into bench-results/.
 
 The parts: workload.py (shapes, methods, weights, routings), verify.py (each
-kernel against the reference), contenders.py (the calls timed), rooflines.py,
-timing.py (the interleaved loop), results.py (rows and ratios), goals.py (the
-goals, one table) and report.py (table, JSON, plot).
+kernel against the reference, with moe_xarch.testing's tolerance), contenders.py
+(the calls timed), rooflines.py, timing.py (the interleaved loop), results.py
+(rows and ratios), goals.py (the goals, one table) and report.py (table, JSON, plot).
 
     python -m benchmarks.moe_bench                                   # the full run, ~15 min on 2 cores
     python -m benchmarks.moe_bench --shapes qwen3-30b-a3b --methods int8 --tokens 1 16 --threads 2

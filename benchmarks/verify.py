@@ -1,6 +1,9 @@
 """Each kernel contender checked against moe_xarch.reference before it is timed.
 
-A contender that computes something else, or fails to run, is reported and not timed.
+A contender counts as computing the same thing when its output passes the op
+contract's comparison (moe_xarch.testing.assert_matches_reference, with the
+tolerance moe_xarch.testing owns for the method and output dtype); one that does
+not, or fails to run, is reported and not timed.
 """
 
 from __future__ import annotations
@@ -13,12 +16,10 @@ import moe_xarch
 from benchmarks import sglang
 from benchmarks.contenders import sglang_weights
 from benchmarks.workload import METHODS, MethodWeights, MoeShape, activation_kwargs, make_routings
-from moe_xarch import reference
+from moe_xarch import reference, testing
 
 VERIFY_EXPERTS = 8
 VERIFY_TOKENS = 7
-# Max |out - reference| / max |reference| for a contender to count as computing the same thing.
-TOLERANCE = {"bf16": 3e-2, "int8": 5e-2, "fp8": 3e-2, "int4": 5e-2, "mxfp4": 3e-2}
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -26,13 +27,22 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return float((out.float() - ref.float()).abs().max() / ref.float().abs().max().clamp(min=1e-30))
 
 
+def describe(tolerance: testing.Tolerance) -> str:
+    scale = " of the output's scale" if tolerance.relative_to_output_scale else ""
+    return f"rtol {tolerance.rtol:g}, atol {tolerance.atol:g}{scale}"
+
+
 def check(out: torch.Tensor, ref: torch.Tensor, method: str) -> dict[str, object]:
     """The verdict on one output: ok, its relative error, and why it is not ok."""
     error = relative_error(out, ref)
-    ok = error <= TOLERANCE[method]
-    return {"ok": ok, "rel_error": error,
-            "why": "" if ok else f"computes something else: max error {error:.3g} of the output's "
-                                 f"scale vs reference (tolerance {TOLERANCE[method]})"}
+    try:
+        testing.assert_matches_reference(out, ref, METHODS[method], ref.dtype)
+    except AssertionError:
+        tolerance = testing.tolerance(METHODS[method], ref.dtype)
+        return {"ok": False, "rel_error": error,
+                "why": f"computes something else: max error {error:.3g} of the output's scale vs reference "
+                       f"(moe_xarch.testing's tolerance: {describe(tolerance)})"}
+    return {"ok": True, "rel_error": error, "why": ""}
 
 
 def verify(shape: MoeShape, method: str, weights: MethodWeights, b1: torch.Tensor | None, b2: torch.Tensor | None,
