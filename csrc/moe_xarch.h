@@ -13,17 +13,17 @@
 namespace moe_xarch {
 
 Tensor fused_experts_cpu(const Tensor& hidden_states, const Tensor& w1,
-                             const Tensor& w2, const Tensor& topk_weights,
-                             const Tensor& topk_ids, bool inplace, int64_t moe_comp_method,
-                             const std::optional<Tensor>& w1_scale,
-                             const std::optional<Tensor>& w2_scale,
-                             const std::optional<Tensor>& w1_zero,
-                             const std::optional<Tensor>& w2_zero,
-                             const std::optional<std::vector<int64_t>>& block_size,
-                             const std::optional<Tensor>& w1_bias,
-                             const std::optional<Tensor>& w2_bias,
-                             std::optional<double> alpha, std::optional<double> limit,
-                             bool is_vnni);
+                         const Tensor& w2, const Tensor& topk_weights,
+                         const Tensor& topk_ids, bool inplace, int64_t moe_comp_method,
+                         const std::optional<Tensor>& w1_scale,
+                         const std::optional<Tensor>& w2_scale,
+                         const std::optional<Tensor>& w1_zero,
+                         const std::optional<Tensor>& w2_zero,
+                         const std::optional<std::vector<int64_t>>& block_size,
+                         const std::optional<Tensor>& w1_bias,
+                         const std::optional<Tensor>& w2_bias,
+                         std::optional<double> alpha, std::optional<double> limit,
+                         bool is_vnni);
 
 Tensor convert_weight_packed(const Tensor& weight, int64_t moe_comp_method);
 

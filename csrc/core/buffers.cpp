@@ -32,11 +32,11 @@ void* aligned_bytes(int64_t rows, int64_t width, int64_t elem_bytes, const char*
                                            .round_up(kPackAlign).get();
   const int64_t memory = machine_memory_bytes();
   MOE_XARCH_CHECK(bytes && *bytes <= memory, "fused_experts_cpu: ", what, " needs ", rows, " rows of ", width,
-              " values of ", elem_bytes, " bytes (", bytes ? std::to_string(*bytes >> 20) + " MiB" : "over 2^63 bytes",
-              "), more than this machine's ", memory >> 20, " MiB of memory");
+                  " values of ", elem_bytes, " bytes (", bytes ? std::to_string(*bytes >> 20) + " MiB" : "over 2^63 bytes",
+                  "), more than this machine's ", memory >> 20, " MiB of memory");
   void* data = std::aligned_alloc(kPackAlign, std::max<int64_t>(*bytes, kPackAlign));
   MOE_XARCH_CHECK(data, "fused_experts_cpu: ", what, " needs ", rows, " rows of ", width, " values of ", elem_bytes,
-              " bytes (", *bytes >> 20, " MiB), which could not be allocated");
+                  " bytes (", *bytes >> 20, " MiB), which could not be allocated");
   return data;
 }
 

@@ -41,12 +41,12 @@ Selected select_level() {
   for (const IsaLevel& level : ladder) {
     if (std::string(level.name) != forced) continue;
     MOE_XARCH_CHECK(level.supported, "MOE_XARCH_ISA=", forced,
-                " is not supported by this CPU; it supports: ", level_names(true));
+                    " is not supported by this CPU; it supports: ", level_names(true));
     return {level.name, &level.kernels()};
   }
   MOE_XARCH_CHECK(false, "MOE_XARCH_ISA=", forced,
-              " names no kernel path of this architecture; choose one of: ",
-              level_names(false));
+                  " names no kernel path of this architecture; choose one of: ",
+                  level_names(false));
 }
 
 const Selected& selected_level() {

@@ -17,8 +17,8 @@ const char* method_name(int64_t moe_comp_method) {
 
 Method check_method(int64_t moe_comp_method) {
   MOE_XARCH_CHECK(moe_comp_method >= 0 && moe_comp_method <= 4,
-              "moe_comp_method must be one of 0 (UNQUANT), 1 (INT8_W8A8), 2 (FP8_W8A16), "
-              "3 (INT4_W4A8), 4 (MXFP4); got ", moe_comp_method);
+                  "moe_comp_method must be one of 0 (UNQUANT), 1 (INT8_W8A8), 2 (FP8_W8A16), "
+                  "3 (INT4_W4A8), 4 (MXFP4); got ", moe_comp_method);
   return static_cast<Method>(moe_comp_method);
 }
 

@@ -111,7 +111,7 @@ Tensor pack_weights(const Tensor& weight, int64_t moe_comp_method, PackArch arch
   const ScalarType dtype = packed_dtype(weight.scalar_type(), moe_comp_method, "convert_weight_packed");
   const int64_t experts = weight.size(0), rows = weight.size(1), cols = weight.size(2);
   MOE_XARCH_CHECK(rows > 0 && cols > 0, "convert_weight_packed: weight must be [E, rows, cols] (w1 [E, 2N, K] or w2 "
-              "[E, K, N]) with rows > 0 and cols > 0, got shape ", Shape{weight.sizes()});
+                  "[E, K, N]) with rows > 0 and cols > 0, got shape ", Shape{weight.sizes()});
   const int64_t block_bytes = expert_nbytes(rows, cols, dtype, "convert_weight_packed");
   Tensor packed = torch::stable::empty({experts, block_bytes}, kByte, std::nullopt, weight.device());
   const PackLayout layout = tiles_apply(tiles, rows, dtype) ? tiles : PackLayout::kRows;
@@ -135,58 +135,58 @@ Tensor pack_weights(const Tensor& weight, int64_t moe_comp_method, PackArch arch
 PackedHeader check_packed(const Tensor& packed, const char* name, PackArch arch, PackLayout tiles) {
   MOE_XARCH_CHECK(packed.scalar_type() == kByte && packed.dim() == 2 && packed.size(0) > 0 &&
                   packed.size(1) >= kPackedHeaderBytes,
-              "fused_experts_cpu: ", name,
-              " with is_vnni=True must come from convert_weight_packed (a uint8 [E, nbytes] "
-              "tensor), got ", packed.scalar_type(), " of shape ", Shape{packed.sizes()});
+                  "fused_experts_cpu: ", name,
+                  " with is_vnni=True must come from convert_weight_packed (a uint8 [E, nbytes] "
+                  "tensor), got ", packed.scalar_type(), " of shape ", Shape{packed.sizes()});
   MOE_XARCH_CHECK(packed.is_contiguous(), "fused_experts_cpu: ", name, " must be contiguous");
   const auto* base = packed.mutable_data_ptr<uint8_t>();
   PackedHeader header;
   std::memcpy(&header, base, sizeof(header));
   MOE_XARCH_CHECK(std::memcmp(header.magic, kMagic, sizeof(kMagic)) == 0, "fused_experts_cpu: ", name,
-              " with is_vnni=True did not come from convert_weight_packed (no packed header)");
+                  " with is_vnni=True did not come from convert_weight_packed (no packed header)");
   MOE_XARCH_CHECK(header.version == kVersion, "fused_experts_cpu: ", name, " was packed in format version ",
-              header.version, ", which this build does not read (it reads version ", kVersion,
-              "); repack it with this build's convert_weight_packed");
+                  header.version, ", which this build does not read (it reads version ", kVersion,
+                  "); repack it with this build's convert_weight_packed");
   MOE_XARCH_CHECK(header.checksum == header_checksum(header), "fused_experts_cpu: ", name,
-              " has a corrupt packed header (its checksum does not match: the header changed after "
-              "convert_weight_packed wrote it)");
+                  " has a corrupt packed header (its checksum does not match: the header changed after "
+                  "convert_weight_packed wrote it)");
   MOE_XARCH_CHECK(header.arch == static_cast<uint32_t>(arch), "fused_experts_cpu: ", name,
-              " was packed on ", arch_name(header.arch), "; repack it on this machine (",
-              arch_name(static_cast<uint32_t>(arch)), ") with convert_weight_packed");
+                  " was packed on ", arch_name(header.arch), "; repack it on this machine (",
+                  arch_name(static_cast<uint32_t>(arch)), ") with convert_weight_packed");
   const auto dtype = static_cast<ScalarType>(header.dtype);
   MOE_XARCH_CHECK(dtype == kBFloat16 || dtype == kHalf || dtype == kFloat ||
                   dtype == kChar || dtype == kFloat8_e4m3fn || is_four_bit(dtype),
-              "fused_experts_cpu: ", name, " has a corrupt packed header (value type)");
+                  "fused_experts_cpu: ", name, " has a corrupt packed header (value type)");
   const auto layout = static_cast<PackLayout>(header.layout);
   MOE_XARCH_CHECK(layout == PackLayout::kRows || tiles_apply(layout, header.rows, dtype),
-              "fused_experts_cpu: ", name, " has a corrupt packed header (layout)");
+                  "fused_experts_cpu: ", name, " has a corrupt packed header (layout)");
   MOE_XARCH_CHECK(layout == PackLayout::kRows || layout == tiles, "fused_experts_cpu: ", name, " was packed in ",
-              layout_description(layout, dtype), ", which this kernel level does not read; repack it with "
-              "convert_weight_packed under the level that uses it (MOE_XARCH_ISA)");
+                  layout_description(layout, dtype), ", which this kernel level does not read; repack it with "
+                  "convert_weight_packed under the level that uses it (MOE_XARCH_ISA)");
   // Every field as convert_weight_packed would write it, and the size it implies
   // (computed without wrapping) that of the tensor.
   const std::optional<PackedHeader> expected =
       header.rows > 0 && header.cols > 0 ? make_header(header.rows, header.cols, dtype, arch, layout) : std::nullopt;
   const std::optional<int64_t> nbytes = expected ? block_nbytes(*expected, dtype) : std::nullopt;
   MOE_XARCH_CHECK(nbytes, "fused_experts_cpu: ", name, " has a corrupt packed header: it claims ", header.rows,
-              " rows x ", header.cols, " values, which no tensor holds");
+                  " rows x ", header.cols, " values, which no tensor holds");
   MOE_XARCH_CHECK(std::memcmp(&header, &*expected, sizeof(header)) == 0, "fused_experts_cpu: ", name,
-              " has a corrupt packed header: its fields are not those of ", header.rows, " rows x ", header.cols,
-              " values");
+                  " has a corrupt packed header: its fields are not those of ", header.rows, " rows x ", header.cols,
+                  " values");
   MOE_XARCH_CHECK(packed.size(1) == *nbytes, "fused_experts_cpu: ", name, " has ", packed.size(1),
-              " bytes per expert, but its packed header's ", header.rows, " rows x ", header.cols,
-              " values take ", *nbytes, "; pass the whole tensor convert_weight_packed returned");
+                  " bytes per expert, but its packed header's ", header.rows, " rows x ", header.cols,
+                  " values take ", *nbytes, "; pass the whole tensor convert_weight_packed returned");
   const auto address = reinterpret_cast<uintptr_t>(packed.const_data_ptr());
   MOE_XARCH_CHECK(address % kPackedAddressAlign == 0, "fused_experts_cpu: ", name, " starts at an address ",
-              address % kPackedAddressAlign, " bytes past a multiple of ", kPackedAddressAlign,
-              " (its values and row sums are read as words of up to 4 bytes); pass ", name, ".clone()");
+                  address % kPackedAddressAlign, " bytes past a multiple of ", kPackedAddressAlign,
+                  " (its values and row sums are read as words of up to 4 bytes); pass ", name, ".clone()");
   return header;
 }
 
 void check_packed_expert(const Tensor& packed, const char* name, int64_t expert) {
   const auto* base = packed.const_data_ptr<uint8_t>();
   MOE_XARCH_CHECK(std::memcmp(base + expert * packed.size(1), base, sizeof(PackedHeader)) == 0, "fused_experts_cpu: ",
-              name, " expert ", expert, " does not carry the same packed header as expert 0");
+                  name, " expert ", expert, " does not carry the same packed header as expert 0");
 }
 
 PackedView packed_expert(const Tensor& packed, int64_t expert) {
