@@ -12,6 +12,7 @@ uses it).
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
@@ -77,5 +78,13 @@ class Provider:
         return {"dependencies": True}
 
 
-if __name__ == "__main__" and sys.argv[1:] == ["--target-version"]:
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description="The torch releases a moe-xarch build targets.")
+    parser.add_argument("--target-version", action="store_true", required=True,
+                        help="print TORCH_TARGET_VERSION of the oldest supported torch, for CMake")
+    parser.parse_args(argv)
     print(target_version())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
