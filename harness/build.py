@@ -83,12 +83,13 @@ def built_by(wheel: Path, cache: Path) -> str:
     return "unknown"
 
 
-def wheel_matches(name: str, arch: str) -> bool:
+def wheel_matches(name: str, arch: str, repaired: bool = True) -> bool:
+    """A wheel of the project for arch; repaired: with a manylinux tag (a wheelhouse/ wheel)."""
     return (
         name.startswith(f"{PACKAGE}-")
         and name.endswith(f"_{arch}.whl")
         and "-py3-none-" in name
-        and "manylinux" in name
+        and ("manylinux" in name or not repaired)
     )
 
 
@@ -191,13 +192,14 @@ def build_wheel(
     images: dict[str, ImageSpec],
     *,
     repo: Path,
-    wheelhouse: Path,
+    wheelhouse: Path | None,
     cache: Path,
     tools: Tools,
     steps: console.StepLog,
     force: bool = False,
 ) -> Path:
-    """Build (or reuse) the target's wheel with one builder; return it in wheelhouse/.
+    """Build (or reuse) the target's wheel with one builder; return it in wheelhouse/
+    (wheelhouse None: a wheel that does not ship, returned where the builder keeps it).
 
     Each builder keeps its last wheel and the hash of its inputs in cache/, so a
     run that builds both ways reuses both when nothing changed.
@@ -205,18 +207,19 @@ def build_wheel(
     build_image = images["build"].tag
     pyproject = tomllib.loads((repo / "pyproject.toml").read_text())
     files = source_files(repo)
-    kept = cache / f"{target.arch}-{builder.name}"
+    kept = cache / f"{target.name}-{builder.name}"
     stamp = kept / "inputs.json"
-    rerun = f"nox -s build -- --arch {target.arch}"
-    with writing(wheelhouse, rerun):
-        wheelhouse.mkdir(parents=True, exist_ok=True)
+    rerun = f"nox -s build -- --arch {target.arch}" if target.ships else "nox -s matrix"
+    if wheelhouse is not None:
+        with writing(wheelhouse, rerun):
+            wheelhouse.mkdir(parents=True, exist_ok=True)
     with writing(cache, rerun):
         kept.mkdir(parents=True, exist_ok=True)
-    remove_partial_outputs(wheelhouse, cache)
-    with (steps.step(step_name(target.arch, builder.name)) as step,
+    remove_partial_outputs(*filter(None, (wheelhouse, cache)))
+    with (steps.step(step_name(target.name, builder.name)) as step,
           console.exclusive(cache / f"{target.arch}.lock")):
         with tempfile.TemporaryDirectory(prefix=f"{NAME}-stage-") as staged:
-            partial = cache / f".partial-{os.getpid()}-{target.arch}-{builder.name}"
+            partial = cache / f".partial-{os.getpid()}-{target.name}-{builder.name}"
             job = BuildJob(target, builder.name, build_image, Path(staged), partial, tools,
                            versioning.project_version(repo, tools.python))
             builder.prepare(job)
@@ -225,21 +228,22 @@ def build_wheel(
             if not force and (reusable := kept_wheel(stamp, inputs, target.arch)):
                 step.outcome = "reused"
                 print(f"{reusable.name}: built by {builder.name} from these very inputs, reused", flush=True)
-                return replace_in_wheelhouse(reusable, wheelhouse, target.arch)
+                return replace_in_wheelhouse(reusable, wheelhouse, target.arch) if wheelhouse else reusable
             try:
                 with writing(job.staged, rerun):
                     stage(repo, files, job.staged)
                 with builder_failure(rerun, cache, job.staged), image_in_use(build_image, rerun):
                     builder.build(job)
                     built = list(partial.glob("*.whl"))
-                    if len(built) != 1 or not wheel_matches(built[0].name, target.arch):
+                    if len(built) != 1 or not wheel_matches(built[0].name, target.arch, builder.repairs):
                         raise RuntimeError(
                             f"{builder.name} made {[p.name for p in built]}, expected one "
-                            f"{PACKAGE}-*-py3-none-manylinux_*_{target.arch}.whl"
+                            f"{PACKAGE}-*-py3-none-{'manylinux_*_' if builder.repairs else ''}{target.arch}.whl"
                         )
                     read_wheel(built[0], f"{builder.name} made it so (its output is above)", project=PACKAGE,
                                arch=target.arch)
-                    check_tag(built[0], target, build_image, repair_excludes(pyproject))
+                    if builder.repairs:
+                        check_tag(built[0], target, build_image, repair_excludes(pyproject))
                 with writing(cache, rerun):
                     stamp.unlink(missing_ok=True)
                     for old in kept.glob("*.whl"):
@@ -249,6 +253,9 @@ def build_wheel(
                 shutil.rmtree(partial, ignore_errors=True)
         with writing(cache, rerun):
             stamp.write_text(json.dumps({"inputs": inputs, "wheel": built[0].name}) + "\n")
+        if wheelhouse is None:
+            print(f"{kept / built[0].name} (built by {builder.name}; it does not ship)", flush=True)
+            return kept / built[0].name
         wheel = replace_in_wheelhouse(kept / built[0].name, wheelhouse, target.arch)
         print(f"wheelhouse/{wheel.name} (built by {builder.name})", flush=True)
         return wheel

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from harness import console, containers, cross, host, toolchain, versioning
-from harness.targets import ARCHES, TableError, Target, one_of
+from harness.targets import ARCHES, SDIST_BUILDER, TableError, Target, one_of
 from harness.tools import CIBUILDWHEEL, HOST_BACKEND, Tools
 
 
@@ -37,6 +37,9 @@ class Builder(abc.ABC):
     """One way of making a target's wheel."""
 
     name: ClassVar[str]
+    # The wheel is repaired (auditwheel: a manylinux tag, checked by harness/build.py);
+    # a build as a user's pip makes it is not.
+    repairs: ClassVar[bool] = True
 
     def applies(self, target: Target, host_arch: str) -> bool:
         """Whether it makes sense for target on a host of host_arch (the default
@@ -130,7 +133,43 @@ class Cross(Builder):
                           version=job.version, build_image=job.build_image)
 
 
-BUILDERS: Mapping[str, Builder] = {builder.name: builder for builder in (CibuildwheelHostCompiler(), Cibuildwheel(), Cross())}
+class Sdist(Builder):
+    """An sdist-build leg's wheel (harness/targets.py sdist_legs): in the leg's own build
+    image, pypa/build makes the sdist of the staged tree and then the wheel from that
+    sdist, with the image's compiler, CPython and torch; not repaired, as pip builds
+    it for a user there. Natively only: the leg's toolchain is the point."""
+
+    name = SDIST_BUILDER
+    repairs = False
+
+    def applies(self, target: Target, host_arch: str) -> bool:
+        return target.from_sdist and host_arch == target.arch
+
+    def identity(self, job: BuildJob) -> list[str]:
+        return []  # the sources, the version and the build image say it all
+
+    def build(self, job: BuildJob) -> None:
+        name = containers.container_name("sdist", job.target.name)
+        # build's default for a source tree: the sdist, then the wheel from the unpacked sdist.
+        script = ('cp -r /src /tmp/src && python -m build --no-isolation --skip-dependency-check '
+                  '--outdir /tmp/dist /tmp/src && ls /tmp/dist && cp /tmp/dist/*.whl /out/')
+        job.output.mkdir(parents=True, exist_ok=True)
+        try:
+            console.run_streamed(
+                ["docker", "run", "--rm", f"--name={name}", *containers.label_args(),
+                 f"--platform={job.target.platform}", "--network=none",
+                 f"--env={versioning.VARIABLE}={job.version}",
+                 f"--volume={job.staged}:/src:ro", f"--volume={job.output}:/out", job.build_image,
+                 "bash", "-euo", "pipefail", "-c", script],
+                f"build {job.target.name}",
+            )
+        finally:
+            containers.remove(name)
+
+
+BUILDERS: Mapping[str, Builder] = {
+    builder.name: builder for builder in (CibuildwheelHostCompiler(), Cibuildwheel(), Cross(), Sdist())
+}
 
 
 def of(target: Target) -> list[Builder]:
@@ -142,6 +181,8 @@ def of(target: Target) -> list[Builder]:
     for name in target.builders:
         one_of(target.where, "builder", name, BUILDERS)
         builder = BUILDERS[name]
+        if name == SDIST_BUILDER:
+            raise TableError(f"{target.where}: the {name} builder builds the sdist-builds legs, not a row's wheel")
         if not any(builder.applies(target, host) for host in ARCHES):
             raise TableError(f"{target.where}: the {name} builder cannot build {target.arch} on any host")
         found.append(builder)

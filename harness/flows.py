@@ -17,7 +17,7 @@ from harness.errors import HarnessError
 from harness.paths import DOCKER, IMAGE_CONTEXTS, PYPROJECT, REPO, REPORTS, WHEEL_CACHE, WHEELHOUSE
 from harness.records import record_tested
 from harness.summary import write_summary
-from harness.targets import Target, load_targets, select
+from harness.targets import SDIST_BUILDER, Target, load_targets, select
 from harness.tools import Tools
 
 
@@ -51,13 +51,20 @@ def _allowed() -> tuple[verdict.Allowed, ...]:
 
 
 def builds_planned(targets: list[Target], requested: list[str], host_arch: str) -> list[tuple[Target, str]]:
-    """(target, builder) pairs to build; a builder no selected target lists is an error."""
+    """(target, builder) pairs to build, then each sdist-build leg of theirs that builds
+    on this host (with no --builder, or --builder sdist); a builder no selected target
+    lists is an error."""
+    legs = [leg for target in targets for leg in target.sdist_legs()]
     for name in requested:
-        if not any(name in target.builders for target in targets):
-            listed = "; ".join(f"{t.arch}: {', '.join(t.builders)}" for t in targets)
+        if not any(name in target.builders for target in [*targets, *legs]):
+            listed = "; ".join(f"{t.name}: {', '.join(t.builders)}" for t in [*targets, *legs])
             raise HarnessError(f"--builder {name}: no selected target builds that way ({listed})")
-    return [(target, builder.name) for target in targets
-            for builder in builders.choose(target, requested, host_arch)]
+    sdist = builders.BUILDERS[SDIST_BUILDER]
+    planned = [(target, builder.name) for target in targets
+               for builder in builders.choose(target, requested, host_arch)]
+    if not requested or SDIST_BUILDER in requested:
+        planned += [(leg, sdist.name) for leg in legs if sdist.applies(leg, host_arch)]
+    return planned
 
 
 def _prepare(targets: list[Target], steps: console.StepLog) -> None:
@@ -69,9 +76,21 @@ def _prepare(targets: list[Target], steps: console.StepLog) -> None:
 def _build(target: Target, builder: str, tools: Tools, force: bool, steps: console.StepLog) -> Path:
     specs = images.ensure_images(target, IMAGE_CONTEXTS, steps)
     return build.build_wheel(
-        target, builders.BUILDERS[builder], specs, repo=REPO, wheelhouse=WHEELHOUSE, cache=WHEEL_CACHE,
-        tools=tools, steps=steps, force=force,
+        target, builders.BUILDERS[builder], specs, repo=REPO, wheelhouse=WHEELHOUSE if target.ships else None,
+        cache=WHEEL_CACHE, tools=tools, steps=steps, force=force,
     )
+
+
+def _test_legs(target: Target, builder: str, wheel: Path, pytest_args: list[str], steps: console.StepLog,
+               stage: str = "full", on_run: Callable[[suite.RunRecord], None] | None = None) -> list[suite.RunRecord]:
+    """The wheel's runs against every torch of its target (Target.test_legs): the same bytes each time."""
+    records: list[suite.RunRecord] = []
+    for leg in target.test_legs():
+        try:
+            records += _test(leg, builder, wheel, pytest_args, steps, stage, on_run)
+        except Exception as error:
+            records.append(_could_not(leg, builder, error, stage))
+    return records
 
 
 def _test(target: Target, builder: str, wheel: Path, pytest_args: list[str],
@@ -134,7 +153,7 @@ def test(arch: str, posargs: Sequence[str]) -> bool:
     with containers.terminate_as_exit():
         _prepare([target], steps)
         wheel = build.find_wheel(WHEELHOUSE, arch)
-        records = _test(target, build.built_by(wheel, WHEEL_CACHE), wheel, options.pytest_args, steps)
+        records = _test_legs(target, build.built_by(wheel, WHEEL_CACHE), wheel, options.pytest_args, steps)
     ok = write_summary(records, steps, REPORTS, allowed)
     _write_levels()
     return ok
@@ -198,11 +217,15 @@ def _images_made(target: Target) -> bool:
 def batches(planned: list[tuple[Target, str]], images_made: Callable[[Target], bool]) -> list[list[tuple[Target, str]]]:
     """The builds in the order the matrix takes them: an emulated target whose images
     are still to be made (in the background) comes in a later batch, so that the
-    others' suites overlap the making; with every image made, one batch."""
+    others' suites overlap the making; with every image made, one batch. The
+    sdist-build legs (other toolchains, wheels that do not ship) come last, so that
+    they delay no canary."""
     waiting = {target.arch for target, _ in planned if runner_for(target).emulated and not images_made(target)}
-    first = [(target, builder) for target, builder in planned if target.arch not in waiting]
-    later = [(target, builder) for target, builder in planned if target.arch in waiting]
-    return [batch for batch in (first, later) if batch]
+    shipped = [(target, builder) for target, builder in planned if target.ships]
+    first = [(target, builder) for target, builder in shipped if target.arch not in waiting]
+    later = [(target, builder) for target, builder in shipped if target.arch in waiting]
+    own_toolchains = [(target, builder) for target, builder in planned if not target.ships]
+    return [batch for batch in (first, later, own_toolchains) if batch]
 
 
 def _build_then_stages(batch: list[tuple[Target, str]], tools: Tools, options: Options,
@@ -222,10 +245,7 @@ def _build_then_stages(batch: list[tuple[Target, str]], tools: Tools, options: O
         order = [built for built in wheels if runner_for(built[0]).emulated] if stage == "canary" else wheels
         on_run = canary.run_ended if stage == "canary" else None
         for target, builder, wheel in order:
-            try:
-                stage_records = _test(target, builder, wheel, options.pytest_args, steps, stage, on_run)
-            except Exception as error:
-                stage_records = [_could_not(target, builder, error, stage)]
+            stage_records = _test_legs(target, builder, wheel, options.pytest_args, steps, stage, on_run)
             records += stage_records
             if stage == "canary":
                 canary.target_ended(stage_records)

@@ -89,13 +89,15 @@ def problems(target: Target, mine: Sequence[Mapping[str, Any]], untested: Mappin
 def same_tests_problems(records: Sequence[Mapping[str, Any]], allowed: Sequence[Allowed]) -> list[str]:
     """The passing runs of every record of the wheels to publish, from every machine
     and architecture, ran the same tests, as the matrix verdict requires of its own.
-    Each machine's runs designate their own runs of each part of the suite."""
+    Each machine's runs designate their own runs of each part of the suite, and so do
+    each torch's: the same wheel tested against two torch releases runs every part under both."""
     runs: dict[RunId, dict[str, Outcome]] = {}
     for record in records:
         # A level the CPU lacks ran no tests; a failed run is refused by problems() already.
         for run in (run for run in record["runs"] if run["result"] == "passed"):
             scopes = run["scopes"]
-            runs[RunId(record["arch"], where(record), run["cpu"], run["isa"])] = {
+            torch = str(record["where"].get("torch", "unknown")).removeprefix("torch==")
+            runs[RunId(record["arch"], where(record), run["cpu"], run["isa"], f"torch {torch}")] = {
                 test: Outcome(outcome, scope=scopes.get(test, EVERY_RUN)) for test, outcome in run["tests"].items()}
     return [f"not the same tests: {drift}" for drift in compare(runs, allowed).drifts] if runs else []
 

@@ -27,7 +27,7 @@ from harness import console, host
 from harness.errors import HarnessError
 from harness.paths import DOCKER
 from harness.project import ENV_PREFIX, NAME
-from harness.targets import Target
+from harness.targets import SUITES, Target
 from harness.wheels import download_closure, pip_install_target_command, requirement_lines
 
 DEBIAN_MIRROR = f"{ENV_PREFIX}_DEBIAN_MIRROR"  # overrides the host's apt sources
@@ -163,7 +163,9 @@ def _gone(tag: str, rerun: str) -> str:
 
 
 def debian_mirror(suite: str, sources: Iterable[Path] | None = None) -> str:
-    """The host's Debian mirror for suite, read from its apt sources at run time.
+    """The host's Debian mirror for suite, read from its apt sources at run time: the
+    one that lists suite, else one that lists another Debian release of SUITES (a
+    Debian mirror serves every release: a bookworm host makes a trixie image).
 
     DEBIAN_MIRROR overrides it.
     """
@@ -171,9 +173,11 @@ def debian_mirror(suite: str, sources: Iterable[Path] | None = None) -> str:
         return override
     if sources is None:
         sources = [Path("/etc/apt/sources.list"), *sorted(Path("/etc/apt/sources.list.d").glob("*"))]
-    for path in sources:
-        if path.is_file() and (uri := _mirror_in(path.read_text(), suite, path.suffix == ".sources")):
-            return uri
+    texts = [(path.read_text(), path.suffix == ".sources") for path in sources if path.is_file()]
+    for release in (suite, *(other for other in SUITES if other != suite)):
+        for text, deb822 in texts:
+            if uri := _mirror_in(text, release, deb822):
+                return uri
     raise host.HostSetupError(
         f"No apt source for Debian {suite} (main) was found on this host, so debootstrap "
         f"has no mirror. Set one: export {DEBIAN_MIRROR}=<a Debian mirror URL>"
@@ -284,10 +288,10 @@ def ensure_images(
     wanted = ROLES[: ROLES.index(upto) + 1]
     specs = {role: spec for role, spec in specs.items() if role in wanted}
     for spec in specs.values():
-        context = work_dir / f"{target.arch}-{spec.role}"
+        context = work_dir / f"{target.name}-{spec.role}"
         with (
-            steps.step(f"image {spec.role} {target.arch}") as step,
-            console.exclusive(work_dir / f"{target.arch}-{spec.role}.lock"),
+            steps.step(f"image {spec.role} {target.name}") as step,
+            console.exclusive(work_dir / f"{target.name}-{spec.role}.lock"),
         ):
             if image_exists(spec.tag):
                 step.outcome = "reused"
@@ -296,7 +300,7 @@ def ensure_images(
             _prepare_context(spec, context, ca_bundle)
             console.run_streamed(
                 docker_build_command(spec, context),
-                f"image {spec.role} {target.arch}",
+                f"image {spec.role} {target.name}",
                 env={"DOCKER_BUILDKIT": "0"},
             )
             remove_tree(context)

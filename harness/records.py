@@ -38,6 +38,7 @@ from harness.suite import RunRecord
 from harness.summary import judge
 from harness.targets import Target
 from harness.verdict import EVERY_RUN, read_junit
+from harness.wheels import sha256  # noqa: F401 (the gate and publish take it from here)
 
 FORMAT = f"{NAME}-test-record/1"
 # key -> the type of its value; a run's keys, and those of "wheel" and "where", are read too
@@ -51,14 +52,6 @@ ENVIRONMENT = "environment.json"
 
 class RecordError(HarnessError):
     """A record refused: the message names the file and what is wrong with it."""
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def write_json_atomically(path: Path, data: object, rerun: str) -> None:
@@ -132,9 +125,11 @@ def make_record(wheel: Path, arch: str, runner: str, builder: str, producer: str
 
 
 def record_name(record: Mapping[str, Any]) -> str:
-    """One file per wheel, producer and CPU: a new run there replaces the last one."""
+    """One file per wheel, producer, CPU and torch: a new run there replaces the last one
+    (the same wheel tested against two torch releases keeps both)."""
     cpu = re.sub(r"[^a-z0-9]+", "-", str(record["where"]["cpu"]).lower()).strip("-") or "unknown"
-    return f"{record['arch']}-{record['wheel']['sha256'][:12]}-{record['producer']}-{cpu}.json"
+    torch = re.sub(r"[^a-z0-9.]+", "-", str(record["where"].get("torch", "")).lower()).strip("-") or "unknown"
+    return f"{record['arch']}-{record['wheel']['sha256'][:12]}-{record['producer']}-{cpu}-torch{torch}.json"
 
 
 def store(record: Mapping[str, Any], reports: Path, rerun: str) -> Path:

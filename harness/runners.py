@@ -35,7 +35,7 @@ class SuiteRun:
         return f"{self.target.arch}-{self.cpu}-{self.isa}"
 
     def run_id(self, builder: str) -> RunId:
-        return RunId(self.target.arch, builder, self.cpu, self.isa)
+        return RunId(self.target.arch, builder, self.cpu, self.isa, self.target.environment)
 
 
 class Runner(Protocol):

@@ -23,7 +23,7 @@ from harness.paths import DOCKER
 from harness.project import SUPPORTED_ISAS
 from harness.runners import SuiteRun, runner_for, selections
 from harness.targets import Target
-from harness.wheels import requirement_lines
+from harness.wheels import requirement_lines, sha256
 
 # Under QEMU an import of torch takes about 9 s and the suite minutes; a hung
 # run must not hold CI until its own limit.
@@ -108,10 +108,12 @@ class RunRecord:
     failure: str = ""  # set when the run could not start (no image, no wheel)
     builder: str = ""  # what made the wheel under test (cross, cibuildwheel)
     stage: str = "full"  # a key of runners.STAGES
+    environment: str = ""  # the target's (leg's) Target.environment; "" outside the test sessions
+    wheel_sha256: str = ""  # of the wheel under test, where one was
 
     @classmethod
     def could_not_run(cls, target: Target, builder: str, why: str, stage: str = "full") -> RunRecord:
-        return cls(target.arch, target.runner, "-", "-", "", 1, 0.0, "", why, builder, stage)
+        return cls(target.arch, target.runner, "-", "-", "", 1, 0.0, "", why, builder, stage, target.environment)
 
 
 def verb(stage: str) -> str:
@@ -120,7 +122,8 @@ def verb(stage: str) -> str:
 
 
 def record_run(run: SuiteRun, builder: str, command: list[str], report_dir: Path, *, stage: str = "full",
-               env: dict[str, str] | None = None, cwd: Path | None = None) -> RunRecord:
+               env: dict[str, str] | None = None, cwd: Path | None = None, environment: str = "",
+               wheel_sha256: str = "") -> RunRecord:
     """Run one run's command (the suite's script, in a container or not), and its record
     from what it left in report_dir (which exists), also written there as run.json."""
     start = time.monotonic()
@@ -133,6 +136,7 @@ def record_run(run: SuiteRun, builder: str, command: list[str], report_dir: Path
         run.target.arch, run.target.runner, run.cpu, run.isa,
         isa_file.read_text().strip() if isa_file.exists() else "",
         exit_code, time.monotonic() - start, str(report_dir), builder=builder, stage=stage,
+        environment=environment, wheel_sha256=wheel_sha256,
     )
     (report_dir / "run.json").write_text(json.dumps(dataclasses.asdict(record), indent=2) + "\n")
     return record
@@ -148,13 +152,15 @@ def run_once(
     report_dir: Path,
     pytest_args: list[str],
     stage: str = "full",
+    wheel_sha256: str = "",
 ) -> RunRecord:
     """One run in a container of its own, its reports in report_dir (which exists)."""
     name = containers.container_name("test", run.name)
     command = docker_run_command(run, image=test_image, wheel=wheel, repo=repo, report_dir=report_dir,
                                  name=name, pytest_args=pytest_args)
     try:
-        return record_run(run, builder, command, report_dir, stage=stage)
+        return record_run(run, builder, command, report_dir, stage=stage, environment=run.target.environment,
+                          wheel_sha256=wheel_sha256)
     finally:
         containers.remove(name)
 
@@ -174,10 +180,11 @@ def run_suite(
 ) -> list[RunRecord]:
     """Every planned run of the target, an emulated target's side by side; records land
     in reports/<target>/<builder>/<run>/ (the canary stage's in
-    reports/canary/<target>/<builder>/<run>/), in plan order. ``on_run`` sees each
-    record as soon as its run ends."""
-    target_reports = (reports if stage == "full" else reports / stage) / target.arch / builder
+    reports/canary/<target>/<builder>/<run>/; <target>: Target.name, a leg's apart from
+    its arch's), in plan order. ``on_run`` sees each record as soon as its run ends."""
+    target_reports = (reports if stage == "full" else reports / stage) / target.name / builder
     shutil.rmtree(target_reports, ignore_errors=True)
+    digest = sha256(wheel) if wheel.is_file() else ""
     records = []
     runner = runner_for(target)
     if not runner.emulated:
@@ -186,7 +193,8 @@ def run_suite(
         for level in target.isa_levels:
             if level not in supported:
                 records.append(RunRecord(target.arch, target.runner, "host", level, "", None, 0.0, "",
-                                         builder=builder, stage=stage))
+                                         builder=builder, stage=stage, environment=target.environment,
+                                         wheel_sha256=digest))
         unlisted = [level for level in supported if level not in target.isa_levels]
         if unlisted:
             console.note(f"{target.arch}: the library supports {unlisted}, not in the table's isa-levels")
@@ -198,11 +206,11 @@ def run_suite(
     def one_run(run: SuiteRun) -> RunRecord:
         report_dir = target_reports / run.name
         report_dir.mkdir(parents=True)
-        with steps.step(f"{verb(stage)} {run.target.arch} ({builder}) {run.cpu} {run.isa}"):
+        with steps.step(f"{verb(stage)} {run.target.name} ({builder}) {run.cpu} {run.isa}"):
             record = run_once(
                 run, builder, test_image=test_image, wheel=wheel, repo=repo, report_dir=report_dir,
                 pytest_args=[*runner.workers(), *selected[run.name], *pytest_args],
-                stage=stage,
+                stage=stage, wheel_sha256=digest,
             )
         if on_run:
             on_run(record)

@@ -215,7 +215,7 @@ class Row:
     @property
     def run_id(self) -> RunId:
         r = self.record
-        return RunId(r.target, r.builder, r.cpu, r.isa)
+        return RunId(r.target, r.builder, r.cpu, r.isa, r.environment)
 
     @property
     def label(self) -> str:
@@ -337,12 +337,44 @@ _COLUMNS = ("| target | wheel built by | runner | CPU model | ISA path (expected
 _STAGE_TITLES = {"canary": "Canary stage (`-m canary`, emulated targets, before the full suites)", "full": "Full suites"}
 
 
+_ENVIRONMENT_COLUMNS = ("| target and environment | wheel built by | wheel (sha256) | runs | levels passed "
+                        "| passed | failed | skipped | wall time | result |")
+
+
+def environment_label(record: RunRecord) -> str:
+    """x86_64 · Debian 13 · GCC 14 · Python 3.13 · torch 2.14.1: the arch and what its wheel met."""
+    return " · ".join(filter(None, (record.target, record.environment)))
+
+
+def _environments(rows: Sequence[Row]) -> list[str]:
+    """One row per (arch, environment, builder) of the full suites: each torch and toolchain a
+    wheel met, with the wheel's sha256, so that one wheel under two torches reads as such."""
+    groups: dict[tuple[str, str, str], list[Row]] = {}
+    for row in rows:
+        if row.record.stage == "full":
+            groups.setdefault((row.record.target, row.record.environment, row.record.builder), []).append(row)
+    lines = [_ENVIRONMENT_COLUMNS, "| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | --- |"]
+    for group in groups.values():
+        first = group[0].record
+        ran = [row for row in group if row.ran]
+        digests = sorted({row.record.wheel_sha256[:12] for row in group if row.record.wheel_sha256})
+        passed_levels = [row.record.isa for row in ran if row.ok]
+        failed = [row for row in group if not row.ok]
+        result = "passed" if not failed else f"FAILED: {len(failed)} of {len(group)} runs"
+        lines.append(
+            f"| {environment_label(first)} | {first.builder or '-'} | {', '.join(digests) or '-'} | {len(ran)} "
+            f"| {', '.join(passed_levels) or '-'} | {sum(row.counts.passed for row in group)} "
+            f"| {sum(row.counts.failures for row in group)} | {sum(row.counts.skipped for row in group)} "
+            f"| {clock(sum(row.record.wall_seconds for row in group))} | {result} |")
+    return lines
+
+
 def _table(rows: Sequence[Row]) -> list[str]:
     lines = [_COLUMNS, "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |"]
     for row in rows:
         r, c = row.record, row.counts
         lines.append(
-            f"| {r.target} | {r.builder or '-'} | {r.runner} | {r.cpu} | {r.isa} / {r.isa_reported or '-'} | "
+            f"| {environment_label(r)} | {r.builder or '-'} | {r.runner} | {r.cpu} | {r.isa} / {r.isa_reported or '-'} | "
             f"{c.passed} | {c.failures} | {c.skipped} | {parts_text(row.parts)} | {kernels_text(row.kernels, r.isa)} | "
             f"{properties_text(row.properties)} | {clock(r.wall_seconds)} | {row.result} |"
         )
@@ -352,6 +384,8 @@ def _table(rows: Sequence[Row]) -> list[str]:
 def markdown(rows: Sequence[Row], steps: StepLog, verdict: Mapping[str, Verdict],
              allowed: Sequence[Allowed] = ()) -> str:
     lines = [f"## {NAME} test matrix", ""]
+    if any(row.record.stage == "full" for row in rows):
+        lines += ["### Environments (full suites)", "", *_environments(rows), ""]
     for stage in STAGES:
         stage_rows = [row for row in rows if row.record.stage == stage]
         if stage_rows:
@@ -359,11 +393,14 @@ def markdown(rows: Sequence[Row], steps: StepLog, verdict: Mapping[str, Verdict]
     lines += ["### Same tests on every run", "",
               "Every run ran and passed the tests of every run; the first run of each CPU model of an "
               "architecture also those once per CPU model, and its first run (x86_64: generic; aarch64: the "
-              "first CPU model) those once per architecture (markers: pyproject.toml).", ""]
+              "first CPU model) those once per architecture (markers: pyproject.toml); each environment "
+              "(torch, toolchain) of an architecture the same, in its own runs.", ""]
     for stage, stage_verdict in verdict.items():
-        compared = sum(1 for row in rows if row.record.stage == stage and row.outcomes is not None)
+        compared = [row for row in rows if row.record.stage == stage and row.outcomes is not None]
+        places = len({(row.record.target, row.record.environment) for row in compared})
         state = "the same" if stage_verdict.ok else f"{len(stage_verdict.drifts)} not the same (below)"
-        lines.append(f"- {stage}: {stage_verdict.tests} test IDs over {compared} runs: {state}")
+        lines.append(f"- {stage}: {stage_verdict.tests} test IDs over {len(compared)} runs "
+                     f"in {places} environment{'s' if places != 1 else ''}: {state}")
     if recorded := [row for row in rows if row.tolerances is not None]:
         differing = sum(len(row.tolerance_drifts) for row in rows)
         state = "the same" if not differing else f"{differing} not the same (below)"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -50,11 +51,20 @@ ARCHES = {
     ),
 }
 
-# The Debian suites the images can be made from: their CPython and glibc.
+@dataclasses.dataclass(frozen=True)
+class Suite:
+    """A Debian suite the images can be made from, and what it builds with."""
+
+    python: str  # its one CPython
+    glibc: tuple[int, int]
+    release: int  # Debian's number for it
+    gcc: int  # its default GCC's major version
+
+
 SUITES = {
-    "bullseye": ("3.9", (2, 31)),
-    "bookworm": ("3.11", (2, 36)),
-    "trixie": ("3.13", (2, 41)),
+    "bullseye": Suite("3.9", (2, 31), 11, 10),
+    "bookworm": Suite("3.11", (2, 36), 12, 12),
+    "trixie": Suite("3.13", (2, 41), 13, 14),
 }
 
 RUNNERS = ("native", "qemu")
@@ -88,6 +98,13 @@ class Target:
     builders: tuple[str, ...] = ("cibuildwheel",)  # names in harness/builders.py, in order of preference
     # levels no run of the table selects, each with where its record comes from (harness/ladders.py)
     proven_elsewhere: tuple[tuple[str, str], ...] = ()
+    # every torch the same wheel is tested against, one test image each (`torch` among them)
+    test_torches: tuple[str, ...] = ()
+    # other toolchains that build the wheel from the sdist, as a user's pip there would, and test it
+    sdist_builds: tuple[SdistBuild, ...] = ()
+    # set on the targets legs() derives: "" for the table's own row
+    leg: str = ""
+    from_sdist: bool = False  # the leg builds its own wheel from the sdist (harness/builders.py Sdist)
 
     @property
     def cross_triplet(self) -> str:
@@ -108,7 +125,41 @@ class Target:
 
     @property
     def glibc(self) -> tuple[int, int]:
-        return SUITES[self.suite][1]
+        return SUITES[self.suite].glibc
+
+    @property
+    def name(self) -> str:
+        """The target or leg, in paths and image contexts: the arch for the table's own row."""
+        return f"{self.arch}-{self.leg}" if self.leg else self.arch
+
+    @property
+    def torch_version(self) -> str:
+        return torch_version(self.torch)
+
+    @property
+    def environment(self) -> str:
+        """What its runs' wheel meets: the distribution, compiler, CPython and torch of its images."""
+        suite = SUITES[self.suite]
+        return (f"Debian {suite.release} · GCC {suite.gcc} · Python {self.python_versions[0]} · "
+                f"torch {self.torch_version}")
+
+    @property
+    def ships(self) -> bool:
+        """Its wheel is the one wheelhouse/ gets, which publish uploads."""
+        return not self.from_sdist
+
+    def test_legs(self) -> list[Target]:
+        """The targets that test this one's wheel: itself (with the torch it builds against),
+        then one per other torch of test-torches, the same images but the test image's torch."""
+        return [self, *(dataclasses.replace(self, torch=torch, leg=f"torch{torch_version(torch)}")
+                        for torch in self.test_torches if torch != self.torch)]
+
+    def sdist_legs(self) -> list[Target]:
+        """One target per sdist-build: its own images, its wheel built there from the sdist."""
+        return [dataclasses.replace(self, suite=build.suite, python_versions=build.python_versions,
+                                    torch=build.torch, test_torches=(build.torch,), sdist_builds=(),
+                                    builders=(SDIST_BUILDER,), leg=f"{build.suite}-sdist", from_sdist=True)
+                for build in self.sdist_builds]
 
     @property
     def python_tags(self) -> tuple[str, ...]:
@@ -117,6 +168,28 @@ class Target:
     def as_dict(self) -> dict[str, Any]:
         """Plain data, for hashing image inputs and for JSON."""
         return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class SdistBuild:
+    """Another toolchain: the sdist built into a wheel and tested in images of this suite."""
+
+    suite: str
+    python_versions: tuple[str, ...]
+    torch: str  # what its images install, the wheel builds against and its runs test
+
+
+# The builder of an sdist-build leg (harness/builders.py): never listed in a row's builders.
+SDIST_BUILDER = "sdist"
+TORCH_PIN = re.compile(r"torch==(\d+(?:\.\d+)*)")
+
+
+def torch_version(requirement: str, where: str = "") -> str:
+    """2.13.0 of torch==2.13.0: the table pins each torch to one release."""
+    if not (match := TORCH_PIN.fullmatch(requirement.strip())):
+        raise TableError(f"{where}{': ' if where else ''}{requirement!r}: a torch of the target table is "
+                         "pinned as torch==X.Y.Z")
+    return match[1]
 
 
 # key in the table -> (field, expected type, required)
@@ -132,6 +205,13 @@ _KEYS: dict[str, tuple[str, type, bool]] = {
     "qemu-cpu-options": ("qemu_cpu_options", dict, False),
     "builders": ("builders", list, False),
     "proven-elsewhere": ("proven_elsewhere", dict, False),
+    "test-torches": ("test_torches", list, False),
+    "sdist-builds": ("sdist_builds", dict, False),
+}
+# [...targets.<arch>.sdist-builds.<suite>]
+_SDIST_KEYS: dict[str, tuple[str, type, bool]] = {
+    "python-versions": ("python_versions", list, True),
+    "torch": ("torch", str, True),
 }
 
 
@@ -181,15 +261,11 @@ def _parse_target(arch: str, row: Mapping[str, Any]) -> Target:
     one_of(where, "suite", fields["suite"], SUITES)
     one_of(where, "runner", fields["runner"], RUNNERS)
 
-    suite_python = SUITES[fields["suite"]][0]
-    versions = tuple(fields["python_versions"])
-    if not versions or any(version != suite_python for version in versions):
-        # The images use the suite's own CPython; other versions would need another source.
-        raise TableError(
-            f"{where}: python-versions must be [{suite_python!r}]: {fields['suite']} "
-            f"provides CPython {suite_python} only"
-        )
-    fields["python_versions"] = versions
+    fields["python_versions"] = _suite_pythons(where, fields["suite"], fields["python_versions"])
+    torch_version(fields["torch"], where)
+    fields["test_torches"] = _test_torches(where, fields["torch"], fields.get("test_torches", [fields["torch"]]))
+    fields["sdist_builds"] = tuple(_sdist_build(f"{where} sdist-builds.{suite}", suite, row)
+                                   for suite, row in fields.get("sdist_builds", {}).items())
 
     isa_levels = tuple(fields.get("isa_levels", ()))
     options = fields.pop("qemu_cpu_options", {})
@@ -221,6 +297,36 @@ def _parse_target(arch: str, row: Mapping[str, Any]) -> Target:
         raise TableError(f"{where}: proven-elsewhere values must say where each level's record comes from")
     fields["proven_elsewhere"] = tuple(elsewhere.items())
     return Target(**fields)
+
+
+def _suite_pythons(where: str, suite: str, versions: list[Any]) -> tuple[str, ...]:
+    suite_python = SUITES[suite].python
+    if not versions or any(version != suite_python for version in versions):
+        # The images use the suite's own CPython; other versions would need another source.
+        raise TableError(
+            f"{where}: python-versions must be [{suite_python!r}]: {suite} provides CPython {suite_python} only"
+        )
+    return tuple(versions)
+
+
+def _test_torches(where: str, torch: str, torches: list[Any]) -> tuple[str, ...]:
+    if not all(isinstance(item, str) for item in torches):
+        raise TableError(f"{where}: test-torches must be torch requirements (torch==X.Y.Z)")
+    versions = [torch_version(item, where) for item in torches]
+    if torch not in torches:
+        raise TableError(f"{where}: test-torches must hold {torch!r}, the torch the wheel is built against")
+    if len(set(versions)) != len(versions):
+        raise TableError(f"{where}: test-torches names a torch twice")
+    return tuple(torches)
+
+
+def _sdist_build(where: str, suite: str, row: Any) -> SdistBuild:
+    one_of(where, "suite", suite, SUITES)
+    if not isinstance(row, dict):
+        raise TableError(f"{where}: must be a table of python-versions and torch")
+    fields = typed_fields(where, row, _SDIST_KEYS)
+    torch_version(fields["torch"], where)
+    return SdistBuild(suite, _suite_pythons(where, suite, fields["python_versions"]), fields["torch"])
 
 
 def parse_targets(pyproject: Mapping[str, Any]) -> dict[str, Target]:

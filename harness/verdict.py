@@ -113,21 +113,27 @@ class RunId:
     builder: str
     cpu: str  # the QEMU CPU model, or "host"
     isa: str
+    # what the wheel met there (targets.Target.environment: distribution, compiler, CPython,
+    # torch); "" where one environment is all there is
+    env: str = ""
 
     def __str__(self) -> str:
-        return f"{self.arch} ({self.builder or '-'}) CPU {self.cpu}, ISA {self.isa}"
+        return f"{self.arch} ({self.builder or '-'}) CPU {self.cpu}, ISA {self.isa}" + (
+            f", {self.env}" if self.env else "")
 
 
 def designated(runs: Iterable[RunId]) -> dict[RunId, tuple[str, ...]]:
     """The scopes each run runs, the runs given in plan order (runners.planned_runs: the
     lowest level of the ladder first): every run its own tests; the first run of each
-    CPU model of an (arch, builder) the per-CPU ones; the first run of each (arch,
-    builder) the per-architecture ones: on x86_64 the generic level, on aarch64 the
-    first CPU model of the target table."""
+    CPU model of an (arch, builder, environment) the per-CPU ones; the first run of each
+    (arch, builder, environment) the per-architecture ones: on x86_64 the generic level,
+    on aarch64 the first CPU model of the target table. Each torch and toolchain a wheel
+    meets is an environment of its own: there too it runs every part of the suite."""
     seen: set[tuple[str, ...]] = set()
     scopes = {}
     for run in runs:
-        arch, cpu = (run.arch, run.builder), (run.arch, run.builder, run.cpu)
+        arch = (run.arch, run.builder, run.env)
+        cpu = (*arch, run.cpu)
         scopes[run] = (EVERY_RUN, *((PER_CPU,) if cpu not in seen else ()),
                        *((PER_ARCH,) if arch not in seen else ()))
         seen |= {arch, cpu}

@@ -10,6 +10,7 @@ is how a locally provided torch build is found.
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 import zipfile
@@ -26,6 +27,15 @@ from packaging.version import InvalidVersion, Version
 
 from harness.errors import HarnessError
 from harness.targets import ARCHES, Target
+
+def sha256(path: Path) -> str:
+    """A file's sha256, read in blocks (a wheel of torch is GBs)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
 
 def read_wheel(path: Path, remedy: str, *, project: str | None = None, arch: str | None = None) -> Message:
     """Check that a wheel is whole and is what its file name says (of project, for
@@ -164,13 +174,15 @@ def pip_install_target_command(wheels: Sequence[Path], site_packages: Path, targ
 
     pip compiles the bytecode with the host's Python; that is valid for the
     target when both run the same Python minor version (bytecode is the same on
-    every architecture), and skipped otherwise.
+    every architecture), and skipped otherwise. Another version's wheels were
+    chosen for it by download_closure (pip download --python-version); pip install
+    checks a wheel file's Requires-Python against the host's own Python, so not then.
     """
     python_version = target.python_versions[0]
     same_python = f"{sys.version_info[0]}.{sys.version_info[1]}" == python_version
     return [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index",
             *target_interpreter_options(target, python_version), f"--target={site_packages}",
-            *([] if same_python else ["--no-compile"]), *map(str, wheels)]
+            *([] if same_python else ["--no-compile", "--ignore-requires-python"]), *map(str, wheels)]
 
 
 Runner = Callable[[list[str]], None]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness import builders, cross, tools
-from harness.targets import TableError, load_targets
+from harness.targets import SdistBuild, TableError, load_targets
 
 
 def job(target, builder="cross", tmp_path=Path("/nonexistent")):
@@ -114,3 +114,37 @@ def test_the_cross_build_hands_the_job_to_the_cross_module(arm, monkeypatch, tmp
     assert calls == [((arm, tmp_path / "staged", tmp_path / "out"),
                       {"python": "/venv/bin/python", "version": "0.1.0",
                        "build_image": "moe-xarch-build:aarch64-x"})]
+
+
+def trixie_leg(x86):
+    build = SdistBuild("trixie", ("3.13",), "torch==2.14.1")
+    (leg,) = dataclasses.replace(x86, sdist_builds=(build,)).sdist_legs()
+    return leg
+
+
+def test_the_sdist_builder_builds_only_an_sdist_leg_natively_and_no_row_names_it(targets):
+    x86 = targets["x86_64"]
+    leg = trixie_leg(x86)
+    sdist = builders.BUILDERS["sdist"]
+    assert sdist.applies(leg, "x86_64") and not sdist.applies(leg, "aarch64") and not sdist.applies(x86, "x86_64")
+    assert not sdist.repairs and builders.BUILDERS["cross"].repairs
+    bad = {**targets, "x86_64": dataclasses.replace(x86, builders=("sdist",))}
+    with pytest.raises(TableError, match=r"\[tool.moe-xarch.targets.x86_64\]: the sdist builder builds the "
+                                         "sdist-builds legs, not a row's wheel"):
+        builders.check_table(bad)
+
+
+def test_the_sdist_build_makes_the_sdist_then_its_wheel_in_the_legs_build_image(targets, monkeypatch, tmp_path):
+    calls = []
+    monkeypatch.setattr(builders.console, "run_streamed", lambda command, label, **kwargs: calls.append(command))
+    monkeypatch.setattr(builders.containers, "remove", lambda name: None)
+    leg = trixie_leg(targets["x86_64"])
+    builders.BUILDERS["sdist"].build(job(leg, "sdist", tmp_path))
+    (command,) = calls
+    assert command[:3] == ["docker", "run", "--rm"] and "--network=none" in command
+    assert f"--volume={tmp_path / 'staged'}:/src:ro" in command and f"--volume={tmp_path / 'out'}:/out" in command
+    assert "--env=SETUPTOOLS_SCM_PRETEND_VERSION_FOR_MOE_XARCH=0.1.0" in command
+    # no --sdist / --wheel: pypa/build makes the sdist, then the wheel from it
+    assert "python -m build --no-isolation --skip-dependency-check --outdir /tmp/dist /tmp/src" in command[-1]
+    assert "--wheel" not in command[-1] and "auditwheel" not in command[-1]
+    assert (tmp_path / "out").is_dir()

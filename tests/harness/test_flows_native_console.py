@@ -11,6 +11,7 @@ import pytest
 
 from harness import console, flows, native
 from harness.errors import HarnessError
+from harness.targets import SdistBuild
 
 
 def test_posargs_split_between_harness_and_pytest():
@@ -133,6 +134,21 @@ def test_exclusive_keeps_a_second_process_out(tmp_path):
     assert subprocess.run([sys.executable, "-c", probe]).returncode == 0
 
 
+def fake_matrix(monkeypatch, targets, build, test, summarized):
+    """The matrix flow on these targets with build and test in place of the real steps, on an
+    x86_64 host with every image made; the summary's records go to summarized."""
+    monkeypatch.setattr(flows, "_targets", lambda arches: targets)
+    monkeypatch.setattr(flows, "_allowed", lambda: ())
+    monkeypatch.setattr(flows.host, "arch", lambda: "x86_64")
+    monkeypatch.setattr(flows, "_prepare", lambda targets, steps: None)
+    monkeypatch.setattr(flows, "_background_images", lambda target, steps: None)
+    monkeypatch.setattr(flows, "_images_made", lambda target: True)
+    monkeypatch.setattr(flows, "_build", build)
+    monkeypatch.setattr(flows, "_test", test)
+    monkeypatch.setattr(flows, "write_summary", lambda records, steps, reports, allowed: summarized.extend(records))
+    monkeypatch.setattr(flows, "_write_levels", lambda: None)
+
+
 def test_matrix_builds_every_wheel_then_runs_the_emulated_canaries_then_the_full_suites(
         targets, monkeypatch, tmp_path, capsys):
     calls, summarized = [], []
@@ -158,16 +174,7 @@ def test_matrix_builds_every_wheel_then_runs_the_emulated_canaries_then_the_full
             calls.append(("reported", target.arch))
         return [record]
 
-    monkeypatch.setattr(flows, "_targets", lambda arches: [x86, arm])
-    monkeypatch.setattr(flows, "_allowed", lambda: ())
-    monkeypatch.setattr(flows.host, "arch", lambda: "x86_64")
-    monkeypatch.setattr(flows, "_prepare", lambda targets, steps: None)
-    monkeypatch.setattr(flows, "_background_images", lambda target, steps: None)
-    monkeypatch.setattr(flows, "_images_made", lambda target: True)
-    monkeypatch.setattr(flows, "_build", build)
-    monkeypatch.setattr(flows, "_test", test)
-    monkeypatch.setattr(flows, "write_summary", lambda records, steps, reports, allowed: summarized.extend(records))
-    monkeypatch.setattr(flows, "_write_levels", lambda: None)
+    fake_matrix(monkeypatch, [x86, arm], build, test, summarized)
     flows.matrix(["--builder", "cross", "--builder", "cibuildwheel"], tools=None)
     assert calls == [("build", "x86_64"), ("build", "aarch64"), ("build", "aarch64"),
                      ("canary", "aarch64"), ("reported", "aarch64"), ("full", "x86_64"), ("full", "aarch64")]
@@ -223,3 +230,46 @@ def test_the_canary_report_prints_a_run_that_ran_other_tests_when_its_target_end
     out = capsys.readouterr().out
     assert out.startswith("==> canary stage of aarch64 (cross): FAILED\n- canary aarch64 (cross) CPU a64fx")
     assert "tests/t.py::test_a" in out and "not on this CPU" in out
+
+
+def with_legs(x86, *torches):
+    build = SdistBuild("trixie", ("3.13",), "torch==2.14.1")
+    return dataclasses.replace(x86, test_torches=(x86.torch, *torches), sdist_builds=(build,))
+
+
+def test_an_sdist_build_leg_is_planned_after_the_rows_and_built_last(targets):
+    x86, arm = with_legs(targets["x86_64"]), targets["aarch64"]
+    (trixie,) = x86.sdist_legs()
+    planned = flows.builds_planned([x86, arm], [], "x86_64")
+    assert planned == [(x86, "cibuildwheel"), (arm, "cibuildwheel"), (trixie, "sdist")]
+    assert flows.batches(planned, lambda target: True) == [planned[:2], planned[2:]]
+    assert flows.batches(planned, lambda target: False) == [planned[:1], planned[1:2], planned[2:]]
+    assert flows.builds_planned([x86, arm], ["sdist"], "x86_64")[-1] == (trixie, "sdist")
+    assert (trixie, "sdist") not in flows.builds_planned([x86, arm], ["cibuildwheel"], "x86_64")
+    assert flows.builds_planned([x86], [], "aarch64") == [(x86, "cibuildwheel")]  # its toolchain is native only
+
+
+def test_the_matrix_tests_one_wheel_under_every_torch_and_the_sdist_leg_its_own(targets, monkeypatch, tmp_path):
+    x86 = with_legs(targets["x86_64"], "torch==2.14.1")
+    tested, summarized = [], []
+
+    def build(target, builder, tools, force, steps):
+        return tmp_path / f"{target.name}.whl"
+
+    def test(target, builder, wheel, pytest_args, steps, stage="full", on_run=None):
+        tested.append((target.name, target.torch, builder, wheel.name))
+        if target.torch == "torch==2.14.1" and not target.from_sdist:
+            raise HarnessError("no image")
+        return [flows.suite.RunRecord(target.arch, target.runner, "host", "generic", "generic", 0, 1.0, "",
+                                      builder=builder, environment=target.environment)]
+
+    fake_matrix(monkeypatch, [x86], build, test, summarized)
+    flows.matrix([], tools=None)
+    assert tested == [("x86_64", "torch==2.13.0", "cibuildwheel", "x86_64.whl"),
+                      ("x86_64-torch2.14.1", "torch==2.14.1", "cibuildwheel", "x86_64.whl"),  # the same wheel
+                      ("x86_64-trixie-sdist", "torch==2.14.1", "sdist", "x86_64-trixie-sdist.whl")]
+    # a leg that could not run is a row of its own, and the others still ran
+    assert [(r.environment, r.failure) for r in summarized] == [
+        ("Debian 12 · GCC 12 · Python 3.11 · torch 2.13.0", ""),
+        ("Debian 12 · GCC 12 · Python 3.11 · torch 2.14.1", "HarnessError: no image"),
+        ("Debian 13 · GCC 14 · Python 3.13 · torch 2.14.1", "")]

@@ -135,8 +135,31 @@ def test_the_same_tests_are_proven_across_machines(wheel):
     assert gate.same_tests_problems([epyc, x86_record(wheel, "Xeon 8480", AMX_HOST)], ()) == []
     drifts = gate.same_tests_problems([epyc, xeon], ())
     assert drifts[0] == (f"not the same tests: {TESTS[1]}: passed on x86_64 (AMD EPYC 7763 (native, prove)) CPU "
-                         "host, ISA generic, skipped on x86_64 (Xeon 8480 (native, prove)) CPU host, ISA generic")
+                         "host, ISA generic, torch 2.13.0, skipped on x86_64 (Xeon 8480 (native, prove)) CPU host, "
+                         "ISA generic, torch 2.13.0")
     assert len(drifts) == len(LADDER)
+
+
+def x86_record_with_torch(wheel: Path, torch: str, tests: dict[str, str] | None = None) -> dict:
+    record = x86_record(wheel, "Xeon 8480", AMX_HOST, tests=tests)
+    record["where"]["torch"] = torch
+    return records.seal({key: value for key, value in record.items() if key not in ("format", "digest")})
+
+
+def test_one_wheel_under_two_torches_runs_every_part_under_each_and_the_same_tests(wheel):
+    """Each torch's record designates its own runs (the once-per-architecture part runs under both)."""
+    once = {TESTS[0]: "passed"}
+    older, newer = x86_record_with_torch(wheel, "2.13.0+cpu"), x86_record_with_torch(wheel, "2.14.1")
+    for record in (older, newer):
+        record["runs"][0]["scopes"] = {TESTS[0]: "once per architecture"}
+        record["runs"][0]["tests"] |= once
+        for run in record["runs"][1:]:
+            del run["tests"][TESTS[0]]
+    assert gate.same_tests_problems([older, newer], ()) == []
+    assert records.record_name(older) != records.record_name(newer)
+    del newer["runs"][0]["tests"][TESTS[0]]  # the once-only part left out under 2.14.1
+    drifts = gate.same_tests_problems([older, newer], ())
+    assert len(drifts) == 1 and "ISA generic, torch 2.14.1" in drifts[0] and "absent" in drifts[0]
 
 
 # --- through publish -----------------------------------------------------------------------

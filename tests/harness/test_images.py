@@ -121,6 +121,13 @@ def test_mirror_from_one_line_sources(tmp_path, monkeypatch):
     assert debian_mirror("bookworm", [sources]) == "http://mirror.invalid/debian"
 
 
+def test_a_release_the_host_does_not_list_comes_from_the_mirror_of_one_it_does(tmp_path, monkeypatch):
+    monkeypatch.delenv("MOE_XARCH_DEBIAN_MIRROR", raising=False)
+    sources = tmp_path / "debian.sources"
+    sources.write_text(DEB822)
+    assert debian_mirror("trixie", [sources]) == "http://mirror.invalid/debian"
+
+
 def test_no_mirror_says_what_to_set(tmp_path, monkeypatch):
     monkeypatch.delenv("MOE_XARCH_DEBIAN_MIRROR", raising=False)
     with pytest.raises(host.HostSetupError, match="MOE_XARCH_DEBIAN_MIRROR"):

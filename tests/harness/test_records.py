@@ -46,7 +46,7 @@ def test_a_record_names_the_wheel_where_it_ran_its_levels_tests_and_kernels(arm,
     path = records.record_tested(arm, "cross", wheel, [run(tmp_path, "max", "i8mm")], tmp_path / "reports")
     record = json.loads(path.read_text())
     assert path.parent == tmp_path / "reports" / "records"
-    assert path.name == f"aarch64-{hashlib.sha256(b'the wheel').hexdigest()[:12]}-test-arm64-test-cpu-9000.json"
+    assert path.name == f"aarch64-{hashlib.sha256(b'the wheel').hexdigest()[:12]}-test-arm64-test-cpu-9000-torch2.10.0.json"
     assert record["wheel"] == {"file": wheel.name, "sha256": records.sha256(wheel)}
     assert record["levels"] == ENVIRONMENT["levels"]  # as the library reported them
     assert record["where"] == {"runner": "qemu", "cpu": "Test CPU 9000", "os": "Debian GNU/Linux 12 (bookworm)",

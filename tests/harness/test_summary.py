@@ -68,7 +68,7 @@ def test_write_summary(tmp_path, monkeypatch):
     assert write_summary([record(tmp_path)], steps, reports)
     text = (reports / "summary.md").read_text()
     assert "| aarch64 | cross | qemu | cortex-a72 | neon / neon | 8 | 0 | 2 | 1 / 0 / 0 | - | - | 01:15 | passed |" in text
-    assert "- full: 1 test IDs over 1 runs: the same" in text
+    assert "- full: 1 test IDs over 1 runs in 1 environment: the same" in text
     assert "| build aarch64 (cross) | done | 10:00 |" in text
     assert step_summary.read_text() == text
     data = json.loads((reports / "summary.json").read_text())
@@ -200,7 +200,8 @@ def test_canary_runs_are_compared_with_canary_runs_and_full_with_full(tmp_path):
     assert write_summary(records, steps, tmp_path / "reports")
     text = (tmp_path / "reports" / "summary.md").read_text()
     assert "### Canary stage" in text and "### Full suites" in text
-    assert "- canary: 1 test IDs over 2 runs: the same" in text and "- full: 2 test IDs over 2 runs: the same" in text
+    assert "- canary: 1 test IDs over 2 runs in 1 environment: the same" in text
+    assert "- full: 2 test IDs over 2 runs in 1 environment: the same" in text
     drifted = records[:3] + [outcome_run(tmp_path, "f3", SKIP_A + PASS_B, cpu="max")]
     assert not write_summary(drifted, steps, tmp_path / "reports")
     data = json.loads((tmp_path / "reports" / "summary.json").read_text())
@@ -309,3 +310,23 @@ def test_two_processes_of_a_run_comparing_one_method_and_dtype_two_ways_fail_it(
         "tolerances-2.json": json.dumps({"UNQUANT/bfloat16": {**SPEC_BF16, "rtol": 0.4}})})
     assert judge(arm_record(directory, exit_code=0)).result.startswith(
         "FAILED: unreadable test report file tolerances-2.json: UNQUANT/bfloat16 compared with")
+
+
+def test_each_environment_is_a_row_of_its_own_with_its_wheel(tmp_path):
+    """One wheel (one sha256) under two torches, and the sdist's wheel under Debian 13."""
+    runs = []
+    for name, environment, builder, digest in [
+            ("a", "Debian 12 · GCC 12 · Python 3.11 · torch 2.13.0", "cibuildwheel", "1" * 64),
+            ("b", "Debian 12 · GCC 12 · Python 3.11 · torch 2.14.1", "cibuildwheel", "1" * 64),
+            ("c", "Debian 13 · GCC 14 · Python 3.13 · torch 2.14.1", "sdist", "2" * 64)]:
+        for isa in ("generic", "avx2"):
+            directory = run_dir(tmp_path, f"{name}-{isa}", {"junit.xml": junit_of(PASS_A)})
+            runs.append(RunRecord("x86_64", "native", "host", isa, isa, 0, 30.0, str(directory), builder=builder,
+                                  environment=environment, wheel_sha256=digest))
+    assert write_summary(runs, console.StepLog(), tmp_path / "reports")
+    text = (tmp_path / "reports" / "summary.md").read_text()
+    assert ("| x86_64 · Debian 12 · GCC 12 · Python 3.11 · torch 2.14.1 | cibuildwheel | 111111111111 | 2 "
+            "| generic, avx2 | 2 | 0 | 0 | 01:00 | passed |") in text
+    assert "| x86_64 · Debian 13 · GCC 14 · Python 3.13 · torch 2.14.1 | sdist | 222222222222 | 2 |" in text
+    assert "| x86_64 · Debian 13 · GCC 14 · Python 3.13 · torch 2.14.1 | sdist | native | host | avx2 / avx2 |" in text
+    assert "- full: 1 test IDs over 6 runs in 3 environments: the same" in text

@@ -283,3 +283,21 @@ def test_the_tolerances_of_every_run_are_compared_with_the_first_run_that_compar
         "tolerance of UNQUANT/bfloat16: atol 0.4, rtol 0.4 on arm, atol 0.02, rtol 0.02 on x86",
         "tolerances: none recorded on none, 1 on x86"]
     assert compare_tolerances([("a", None), ("b", None)]) == ()
+
+
+def test_each_environment_of_an_arch_designates_its_own_runs():
+    """One wheel under two torches (or a second toolchain): the once-only parts run under each."""
+    newer = RunId("x86_64", "cibuildwheel", "host", "generic", "torch 2.14.1")
+    newer_avx2 = RunId("x86_64", "cibuildwheel", "host", "avx2", "torch 2.14.1")
+    assert designated([X86_GENERIC, X86_AVX2, newer, newer_avx2]) == {
+        X86_GENERIC: (EVERY_RUN, PER_CPU, PER_ARCH), X86_AVX2: (EVERY_RUN,),
+        newer: (EVERY_RUN, PER_CPU, PER_ARCH), newer_avx2: (EVERY_RUN,)}
+    assert str(newer) == "x86_64 (cibuildwheel) CPU host, ISA generic, torch 2.14.1"
+
+
+def test_a_test_that_passes_under_one_torch_and_is_skipped_under_another_is_a_drift():
+    newer = RunId("x86_64", "cibuildwheel", "host", "avx2", "torch 2.14.1")
+    test = "tests/kernels/test_a.py::test_one"
+    verdict = compare({X86_AVX2: {test: Outcome("passed")}, newer: {test: Outcome("skipped", "old torch")}})
+    assert [str(drift) for drift in verdict.drifts] == [
+        f"{test}: passed on {X86_AVX2}, skipped on {newer}: old torch"]

@@ -1,11 +1,19 @@
 from __future__ import annotations
 
+import dataclasses
+import sys
 from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
 
-from harness.wheels import download_closure, pip_download_command, platform_tags, requirement_lines
+from harness.wheels import (
+    download_closure,
+    pip_download_command,
+    pip_install_target_command,
+    platform_tags,
+    requirement_lines,
+)
 from tests.harness.wheelfiles import make_wheel
 
 
@@ -75,6 +83,17 @@ def test_pip_download_command_pins_the_target(tmp_path, arm):
     assert "--only-binary=:all:" in command and "--python-version=3.11" in command
     assert "--abi=cp311" in command and "--platform=manylinux_2_28_aarch64" in command
     assert command[-1] == "torch==2.10.0"
+
+
+def test_another_pythons_wheels_install_for_it_uncompiled_and_unchecked_against_the_hosts(tmp_path, x86, monkeypatch):
+    """A Debian 13 image's cp313 wheels, installed by the host's Python of another version."""
+    trixie = dataclasses.replace(x86, suite="trixie", python_versions=("3.13",))
+    monkeypatch.setattr(sys, "version_info", (3, 11, 7))
+    command = pip_install_target_command([tmp_path / "networkx-3.7-py3-none-any.whl"], tmp_path / "site", trixie)
+    assert "--python-version=3.13" in command and "--abi=cp313" in command
+    assert "--no-compile" in command and "--ignore-requires-python" in command
+    same = pip_install_target_command([], tmp_path / "site", dataclasses.replace(trixie, python_versions=("3.11",)))
+    assert "--no-compile" not in same and "--ignore-requires-python" not in same
 
 
 def test_requirement_lines_skip_comments(tmp_path):
