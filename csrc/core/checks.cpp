@@ -21,6 +21,12 @@ int64_t largest_byte(const Tensor& t) {
   return *std::max_element(bytes, bytes + t.numel());
 }
 
+// A checked contiguous tensor in dtype (a contiguous copy keeps its layout), the
+// same one when it has it: each conversion is a call through torch's dispatcher.
+Tensor as_dtype(const Tensor& t, ScalarType dtype) {
+  return t.scalar_type() == dtype ? t : torch::stable::to(t, dtype);
+}
+
 bool is_float_dtype(ScalarType dtype) {
   return dtype == kFloat || dtype == kBFloat16 || dtype == kHalf || dtype == kDouble;
 }
@@ -66,7 +72,7 @@ const float* check_bias(const std::optional<Tensor>& bias, const char* name,
             bias->scalar_type());
   check_shape(*bias, name, expected);
   check_contiguous(*bias, name);
-  *converted = torch::stable::contiguous(torch::stable::to(*bias, kFloat));
+  *converted = as_dtype(*bias, kFloat);
   return converted->const_data_ptr<float>();
 }
 
@@ -290,8 +296,8 @@ MoeProblem check_fused_experts_args(const FusedExpertsArgs& args, PackArch arch,
   p.w1.bias = check_bias(args.w1_bias, "w1_bias", {E, 2 * N}, &p.w1.bias_f32);
   p.w2.bias = check_bias(args.w2_bias, "w2_bias", {E, K}, &p.w2.bias_f32);
 
-  p.topk_ids = torch::stable::contiguous(torch::stable::to(args.topk_ids, kLong));
-  p.topk_weights = torch::stable::contiguous(torch::stable::to(args.topk_weights, kFloat));
+  p.topk_ids = as_dtype(args.topk_ids, kLong);
+  p.topk_weights = as_dtype(args.topk_weights, kFloat);
   if (p.topk_ids.numel() > 0) {
     const int64_t* ids = p.topk_ids.const_data_ptr<int64_t>();
     const int64_t max_id = *std::max_element(ids, ids + p.topk_ids.numel());
