@@ -35,7 +35,7 @@ from harness.errors import HarnessError, PublishError, writing
 from harness.index import Destination, destination, index_files
 from harness.paths import PYPROJECT, REPO, REPORTS, WHEELHOUSE
 from harness.project import NAME, PACKAGE
-from harness import gate
+from harness import abi_audit, gate
 from harness.records import load_records, sha256
 from harness.targets import Target, load_targets
 from harness.tools import backend_requirements
@@ -76,6 +76,16 @@ def torch_pin_problem(wheel: Path, target: Target) -> str | None:
     return None
 
 
+def abi_problems(wheel: Path) -> list[str]:
+    """Why the wheel's library cannot load on every torch it requires (harness/abi_audit.py)."""
+    audits = abi_audit.audit_wheel(wheel)
+    for audit in audits:
+        print(f"{wheel.name}: {audit.line()}", flush=True)
+    if not audits:
+        return ["torch-abi-audit found no library that uses torch in it"]
+    return [problem for audit in audits if (problem := audit.problem())]
+
+
 def collect(targets: Mapping[str, Target], wheelhouse: Path, records: Sequence[Mapping[str, Any]],
             allow_local_version: bool = False, allowed: Sequence[Allowed] = (),
             untested: Mapping[str, str] | None = None) -> list[Artifact]:
@@ -101,6 +111,8 @@ def collect(targets: Mapping[str, Target], wheelhouse: Path, records: Sequence[M
         digest = sha256(wheel)
         if pin := torch_pin_problem(wheel, target):
             problems.append(f"{arch}: {pin}")
+        else:
+            problems += [f"{arch}: {wheel.name}: {problem}" for problem in abi_problems(wheel)]
         mine = gate.of_wheel(records, digest)
         shipped.update(gate.shipped(mine))
         if failed := gate.problems(target, mine, untested):
@@ -295,7 +307,7 @@ def requirements(argv: Sequence[str]) -> list[str]:
     the sdist is to be built, build and the backend at the wheels' pins (making an
     sdist needs no torch: build_support/torch_pin.py leaves its pin to the wheel)."""
     args = parse_args(argv)
-    tools = ["twine>=6.1", "packaging>=24"]
+    tools = ["twine>=6.1", "packaging>=24", abi_audit.requirement()]
     if args.sdist_only or needs_sdist_build(args.wheelhouse):
         tools += ["build>=1.2", *backend_requirements()]
     return tools

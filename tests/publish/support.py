@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 import urllib.error
@@ -134,13 +135,30 @@ Requires-Python: >=3.10
 """
 
 
+def shared_library(directory: Path, *torch_symbols: str) -> bytes:
+    """A shared object that calls the given torch symbols (the only thing
+    torch-abi-audit reads): the stable ABI's parallel_for by default."""
+    symbols = torch_symbols or ("torch_parallel_for",)
+    source = directory / "library.c"
+    source.write_text("".join(f"extern void {s}(void);\n" for s in symbols)
+                      + "void moe(void) {" + "".join(f" {s}();" for s in symbols) + " }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(directory / "library.so"), str(source)], check=True)
+    return (directory / "library.so").read_bytes()
+
+
 def make_wheel(directory: Path, arch: str, version: str = "1.0.0", payload: bytes = b"",
-               glibc: str = "2_34") -> Path:
-    """A minimal but valid wheel of the project for arch (pip and twine accept it)."""
+               glibc: str = "2_34", library: bytes | None = None) -> Path:
+    """A minimal but valid wheel of the project for arch (pip and twine accept it),
+    with a library that uses torch's stable ABI (shared_library) unless given one."""
     name = f"moe_xarch-{version}-py3-none-manylinux_{glibc}_{arch}.whl"
     dist_info = f"moe_xarch-{version}.dist-info"
+    directory.mkdir(parents=True, exist_ok=True)
+    if library is None:
+        with tempfile.TemporaryDirectory() as scratch:
+            library = shared_library(Path(scratch))
     files = {
         "moe_xarch/__init__.py": b"ARCH = %r\n" % arch + payload,
+        "moe_xarch/_ops.so": library,
         f"{dist_info}/METADATA": METADATA.format(
             version=version, requires=f"Requires-Dist: {torch_pin.REQUIREMENT}\n").encode(),
         f"{dist_info}/WHEEL": (
@@ -153,7 +171,6 @@ def make_wheel(directory: Path, arch: str, version: str = "1.0.0", payload: byte
         record.append(f"{path},sha256={digest},{len(data)}")
     record.append(f"{dist_info}/RECORD,,")
     files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
-    directory.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(directory / name, "w") as archive:
         for path, data in files.items():
             archive.writestr(zipfile.ZipInfo(path, (2020, 1, 1, 0, 0, 0)), data)

@@ -27,6 +27,7 @@ def test_sdist_contents_and_a_native_wheel_built_from_it(tmp_path: Path) -> None
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                     "--wheel-dir", str(out), str(sdist)], check=True, cwd=tmp_path)
     (wheel,) = out.glob("moe_xarch-*.whl")
+    assert publish.abi_problems(wheel) == []  # the stable ABI only, nothing newer than the torch it requires
     target = tmp_path / "installed"
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--target", str(target), str(wheel)],
                    check=True)
