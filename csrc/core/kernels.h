@@ -1,6 +1,6 @@
 // The internal kernel interface every instruction-set path implements.
 //
-// ATen-free on purpose: the per-ISA files are compiled with ISA flags
+// torch-free on purpose: the per-ISA files are compiled with ISA flags
 // (-mavx512f, -march=armv8.2-a+dotprod, ...) and must not emit copies of
 // inline library functions that other translation units could pick up.
 // Everything in a kernel file lives in an anonymous namespace except the one

@@ -20,7 +20,7 @@ struct PackedHeader {
   char magic[8];
   uint32_t version;
   uint32_t arch;       // PackArch of the machine that packed it
-  int32_t dtype;       // c10::ScalarType of the values
+  int32_t dtype;       // the values' ScalarType (torch's numbering)
   int32_t layout;      // PackLayout
   int64_t rows;
   int64_t cols;

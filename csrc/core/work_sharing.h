@@ -53,7 +53,7 @@ class SharedItems {
   std::unique_ptr<Bounds[]> bounds_;
 };
 
-// work(item, scratch) for every item in [0, items), on ATen's threads sharing
+// work(item, scratch) for every item in [0, items), on torch's threads sharing
 // them as above; each thread makes its scratch once (make_scratch()).
 template <class MakeScratch, class Work>
 void for_each_shared_item(int64_t items, MakeScratch make_scratch, Work work) {
