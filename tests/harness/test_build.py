@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -11,6 +12,7 @@ import pytest
 
 from harness import build, builders, console, images, tools
 from harness.errors import HarnessError
+from harness.targets import SdistBuild
 from tests.harness.wheelfiles import make_wheel, project_wheel
 
 
@@ -172,6 +174,30 @@ def test_each_builder_keeps_its_own_wheel(arm, build_kwargs, monkeypatch):
     build.build_wheel(arm, cross, images, **build_kwargs)
     assert runs == ["cross", "cibuildwheel"] and made_by(wheelhouse / WHEEL) == "cross 1"
     assert build.built_by(wheelhouse / WHEEL, cache) == "cross"
+
+
+class FakeSdistBuilder(FakeBuilder):
+    """Writes an unrepaired wheel, as pip makes it from the sdist for a user."""
+
+    repairs = False
+
+    def build(self, job):
+        self.runs.append(job.builder)
+        make_wheel(job.output, tag="py3-none-linux_x86_64", files={"moe_xarch/made_by.txt": b"sdist"})
+
+
+def test_an_sdist_legs_wheel_is_not_repaired_and_stays_out_of_the_wheelhouse(x86, build_kwargs):
+    (leg,) = dataclasses.replace(x86, sdist_builds=(SdistBuild("trixie", ("3.13",), "torch==2.14.1"),)).sdist_legs()
+    images = {"build": type("Spec", (), {"tag": "moe-xarch-build:x86_64-trixie"})()}
+    runs, audited = [], build_kwargs.pop("audited")
+    wheelhouse, cache = build_kwargs.pop("wheelhouse"), build_kwargs["cache"]
+    builder = FakeSdistBuilder("sdist", runs)
+    wheel = build.build_wheel(leg, builder, images, wheelhouse=None, **build_kwargs)
+    assert wheel == cache / "x86_64-trixie-sdist-sdist" / "moe_xarch-0.1.0-py3-none-linux_x86_64.whl"
+    assert not wheelhouse.exists() and audited == []  # no auditwheel show of an unrepaired wheel
+    assert build.build_wheel(leg, builder, images, wheelhouse=None, **build_kwargs) == wheel and runs == ["sdist"]
+    assert build_kwargs["steps"].steps[-1].name == "build x86_64-trixie-sdist (sdist)"
+    assert build.wheel_matches(wheel.name, "x86_64", repaired=False) and not build.wheel_matches(wheel.name, "x86_64")
 
 
 SHOW = {
