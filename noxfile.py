@@ -17,7 +17,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import flows, suite, tools  # noqa: E402
+from harness import abi_audit, flows, suite, tools  # noqa: E402
 from harness.errors import HarnessError  # noqa: E402
 
 nox.needs_version = ">=2024.4.15"
@@ -48,7 +48,7 @@ def tests(session: nox.Session) -> None:
     # tests ask setuptools-scm: the pinned backend. tests/harness/test_gha.py runs
     # `nox -s gha-matrix` as the workflows do: with this nox.
     session.install(*suite.host_test_requirements(), "packaging", *tools.backend_requirements(),
-                    f"nox=={metadata.version('nox')}")
+                    abi_audit.requirement(), f"nox=={metadata.version('nox')}")
     session.run("pytest", "tests/harness", "tests/drift", "-m", "not native_build and not emulated_build",
                 *session.posargs)
 

@@ -9,7 +9,7 @@ from tests.publish.support import make_wheel, shared_library
 
 
 def _wheel(tmp_path: Path, *torch_symbols: str) -> Path:
-    return make_wheel(tmp_path / "dist", "x86_64", library=shared_library(tmp_path, *torch_symbols))
+    return make_wheel(tmp_path / "dist", "x86_64", library=shared_library("x86_64", *torch_symbols))
 
 
 def test_a_stable_abi_library_passes(tmp_path: Path) -> None:
