@@ -11,6 +11,7 @@
 
 namespace moe_xarch {
 
+// coverage: unreachable: inlined at every use: gcov counts the out-of-line copy, which nothing calls
 inline uint16_t to_bf16_bits(float value) { return c10::BFloat16(value).x; }
 
 struct Activations {

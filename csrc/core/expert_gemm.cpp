@@ -59,10 +59,13 @@ WeightTile ExpertGemm::tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, i
   }
   // fp8 in the line layout goes to gemm_bf16_fp8_tiles whatever m: it has no rows to widen.
   if (w_.dtype == kFloat8_e4m3fn && p_.compute == ComputeType::kBF16 &&
+      // coverage: begin unreachable on aarch64 (x86-fp8): the fp8 line layout (kTiles16) and the fused fp8 GEMM are
+      //   x86 levels' (KernelSet::tiles, gemm_bf16_fp8): no aarch64 level has them
       (w_.tiles || kernels_.gemm_bf16_fp8_takes(m))) {
     // The logical width: block scales end there, padding or not.
     t.k = w_.cols;
     t.fp8 = true;
+      // coverage: end
   } else if (dequantizes()) {
     // Allocated on first use: a level that widens fp8 in its GEMM never needs it.
     if (p_.compute == ComputeType::kBF16) {
@@ -109,9 +112,11 @@ void ExpertGemm::run(const Activations& a, int64_t row, int64_t m, const WeightT
       break;
     case ComputeType::kBF16:
       if (w.fp8) {
+        // coverage: begin unreachable (x86-fp8)
         (w.tiles ? kernels_.gemm_bf16_fp8_tiles : kernels_.gemm_bf16_fp8)(
             m, w.rows, w.k, a.bf16.get() + row * a.ld, a.ld, w.values, w.ld, w.fp8_scales, c, w.rows);
         break;
+        // coverage: end
       }
       if (w.fp8_block_sums) {
         run_fp8_blocks(a.bf16.get() + row * a.ld, a.ld, m, w, c);
@@ -186,6 +191,8 @@ void ExpertGemm::widen_rows(const uint8_t* base, int64_t ld, int64_t expert, int
       const float* scales = w_.block_scale + (expert * w_.scale_rows + r / p_.block_n) * w_.scale_cols;
       const uint8_t* row = base + r * ld;
       if (w_.tiles) {  // fp8 for fp32 compute: gather the row out of its 16-row block first
+        // coverage: unreachable (x86-fp8)
+        // coverage: unreachable (tile-levels)
         fp8_line_row(base + r / 16 * 16 * ld, r % 16, cols, tiled_row.data());
         row = tiled_row.data();
       }

@@ -11,6 +11,7 @@ const char* method_name(int64_t moe_comp_method) {
     case 2: return "FP8_W8A16";
     case 3: return "INT4_W4A8";
     case 4: return "MXFP4";
+    // coverage: unreachable: method_name is asked only of a method check_method accepted (0 to 4)
     default: return "unknown";
   }
 }

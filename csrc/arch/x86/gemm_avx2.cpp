@@ -80,6 +80,8 @@ MOE_X86_INLINE void store_sums(const __m256 (&acc)[NR], float* c, int nb, bool a
       _mm256_storeu_ps(c, v);
       return;
     }
+    // coverage: unreachable: 8-column tiles are the m = 1 stream's, which never cuts K into blocks (nothing to
+    //   add to)
     if (add) v = _mm256_add_ps(v, _mm256_load_ps(Padded<float, NR>(c, nb).v));
     alignas(32) float t[NR];
     _mm256_store_ps(t, v);

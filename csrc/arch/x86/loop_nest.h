@@ -89,6 +89,9 @@ template <class Op, int MR, int NR, bool kSumB>
 MOE_X86_INLINE void dot_tile(int64_t k, const TileRows<typename Op::T, MR, NR>& rows,
                              typename Op::Acc (&acc)[MR][NR], typename Op::Acc (&bsum)[NR]) {
   for (int c = 0; c < NR; ++c) {
+    // coverage: unreachable on x86_64 unless avx512 or avx512_bf16 or amx ran: the b sums of the VNNI int8 op
+    //   (kSumB), whose tiles only the AVX-512 levels have: elsewhere the store is dead, and gcov counts no run of
+    //   it
     bsum[c] = Op::zero();
     for (int r = 0; r < MR; ++r) acc[r][c] = Op::zero();
   }
