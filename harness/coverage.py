@@ -14,8 +14,8 @@ there.
 
 The verdict: under each level, the level's own kernel files (those CMake compiles for it,
 moe_level_source), and over all of an arch's runs together, the files they share
-(csrc/arch/<arch>/*.h, csrc/core/), have no line left unexecuted that UNREACHABLE does
-not explain.
+(csrc/arch/<arch>/*.h, csrc/core/), have no line left unexecuted that a marker in the C++
+(read_markers) or the closing-brace rule does not explain.
 """
 
 from __future__ import annotations
@@ -44,78 +44,161 @@ KERNEL_FILES = ("csrc/arch/*/gemm_*.cpp", "csrc/generic/gemm_*.cpp", "csrc/arch/
 CMAKE_SETTING = f"cmake.define.{ENV_PREFIX}_COVERAGE=ON"
 
 
+# The one rule over every file: a line that is a lone closing brace.
+EXCEPTION_CLEANUP = ("the exception cleanup of the scope's locals, which gcov puts on its closing brace: "
+                     "runs only when an allocation in the scope throws")
+
+
+# --- the C++'s unreachable-line markers -------------------------------------------------------
+#
+# Any other line no run on these machines can execute carries its reason in the C++, in a
+# comment of its own right before it:
+#
+#   // coverage: unreachable[ on ARCH][ unless LEVEL[ or LEVEL...] ran][ (NAME)]: REASON
+#   // coverage: unreachable (NAME)                  the reason NAME, given once in some marker
+#   // coverage: begin unreachable...  ...  // coverage: end        every line in between
+#
+# A marker covers the next line that is not a comment; a REASON runs on over the comment lines
+# after it; markers stacked together cover the same line (one `end` closes stacked begins).
+# `on ARCH`: only for that arch's runs; `unless ... ran`: only when no run was of those levels.
+# Not gcovr's own GCOVR_EXCL_* markers: they drop lines from the counts, with no reason, arch
+# or level, where the report keeps every line and says why it cannot run.
+
+MARKER = re.compile(r"^//\s*coverage\s*:", re.IGNORECASE)
+TRAILING = re.compile(r"//\s*coverage\s*:", re.IGNORECASE)
+UNREACHABLE = re.compile(r"^// coverage: (?P<begin>begin )?unreachable(?: on (?P<arch>\S+))?"
+                         r"(?: unless (?P<levels>\S+(?: or \S+)*) ran)?(?: \((?P<name>[\w-]+)\))?"
+                         r"(?:: (?P<text>\S.*))?$")
+END = "// coverage: end"
+SOURCE_SUFFIXES = (".cpp", ".h", ".def")
+
+
+class MarkerError(ValueError):
+    """A marker that is malformed or covers no line: `file:line: what`."""
+
+
 @dataclasses.dataclass(frozen=True)
-class Unreachable:
-    """Uncovered lines of `files` (a glob) on `arch`: each line whose text matches `text` (a regex)
-    and the `lines` - 1 after it; and why. With `missing_levels`, only when none of those levels
-    had a run (a CPU without them)."""
+class Reason:
+    """Why marked lines cannot run: on `arch` ("*": any), and with `unless_ran`, only when none
+    of those levels had a run (a CPU without them)."""
 
-    files: str
     text: str
-    reason: str
     arch: str = "*"
-    lines: int = 1
-    missing_levels: tuple[str, ...] = ()
+    unless_ran: tuple[str, ...] = ()
+
+    def holds(self, arch: str, levels_run: Iterable[str]) -> bool:
+        return self.arch in ("*", arch) and not set(self.unless_ran) & set(levels_run)
 
 
-# The driver's calls of the fused fp8 GEMM and of the tile-reading kernels, and the tile and
-# line layouts' code: (file, text, lines), as Unreachable's.
-FUSED_GEMM_LINES = (
-    ("csrc/core/expert_gemm.cpp", r"\(w_\.tiles \|\| kernels_\.gemm_bf16_fp8_takes\(m\)\)\) \{", 4),
-    ("csrc/core/expert_gemm.cpp", r"\(w\.tiles \? kernels_\.gemm_bf16_fp8_tiles : kernels_\.gemm_bf16_fp8\)", 3),
-)
-# kTiles16's fp8 line layout, and its tile layout's lines that only it reaches.
-LINE_LAYOUT_LINES = (
-    ("csrc/core/expert_gemm.cpp", r"fp8_line_row\(base \+ r / 16", 1),
-    ("csrc/core/packed_layout.h", r"constexpr int64_t fp8_line_byte\(", 2),
-    ("csrc/core/packed_layout.h", r"^inline void fp8_line_row\(", 2),
-    ("csrc/core/packed_layout.cpp", r"^void store_fp8_lines\(", 5),
-    ("csrc/core/packed_layout.cpp", r"store_fp8_lines\(src, rows, cols, header\.ld, values\);", 1),
-    ("csrc/core/packed_layout.cpp", r"&& rows % 32 == 0;$", 1),
-    ("csrc/core/packed_layout.cpp", r'return dtype == kFloat8_e4m3fn \? "the line layout', 2),
-)
-# The tile layouts' code that i8mm reaches on aarch64 as well.
-TILE_LAYOUT_LINES = (
-    ("csrc/core/packed_layout.h", r"constexpr int64_t tile_byte\(", 2),
-    ("csrc/core/packed_layout.cpp", r"^void store_tiles\(", 10),
-    ("csrc/core/packed_layout.cpp", r"store_tiles\(layout == PackLayout::kTiles16", 2),
-    ("csrc/core/packed_layout.cpp", r"^const char\* layout_description\(", 2),
-)
+@dataclasses.dataclass
+class _Marker:
+    line: int
+    begin: bool
+    reason: Reason | None  # None: a use of `name`
+    name: str | None
 
-# Lines no run on these machines can execute. Matched by their text, not their
-# number, so that edits elsewhere in a file keep them in place.
-UNREACHABLE = (
-    Unreachable("*", r"^\}$",
-                "the exception cleanup of the scope's locals, which gcov puts on its closing brace: "
-                "runs only when an allocation in the scope throws"),
-    Unreachable("csrc/core/dispatch.cpp", r"level\.supported\) best = &level|best->name, &best->kernels|"
-                r"^for \(const IsaLevel& level : ladder\) \{$",
-                f"the default (best) level: every x86 run forces its level with {ENV_PREFIX}_ISA", arch="x86_64"),
-    Unreachable("csrc/core/activations.h", r"^inline uint16_t to_bf16_bits\(float value\)",
-                "inlined at every use: gcov counts the out-of-line copy, which nothing calls"),
-    Unreachable("csrc/core/methods.cpp", r'^default: return "unknown";',
-                "method_name is asked only of a method check_method accepted (0 to 4)"),
-    *(Unreachable(path, text, "the fp8 line layout (kTiles16) and the fused fp8 GEMM are x86 levels' "
-                  "(KernelSet::tiles, gemm_bf16_fp8): no aarch64 level has them",
-                  "aarch64", lines)
-      for path, text, lines in (*FUSED_GEMM_LINES, *LINE_LAYOUT_LINES)),
-    *(Unreachable(path, text, "the x86 tile and line layouts are read by the avx512_bf16 and amx levels alone "
-                  "(KernelSet::tiles): this CPU has neither", "x86_64", lines, ("avx512_bf16", "amx"))
-      for path, text, lines in (*LINE_LAYOUT_LINES, *TILE_LAYOUT_LINES)),
-    Unreachable("csrc/arch/x86/loop_nest.h", r"^bsum\[c\] = Op::zero\(\);$",
-                "the b sums of the VNNI int8 op (kSumB), whose tiles only the AVX-512 levels have: "
-                "elsewhere the store is dead, and gcov counts no run of it", "x86_64",
-                missing_levels=("avx512", "avx512_bf16", "amx")),
-    Unreachable("csrc/arch/x86/mxfp4_tiles.h", r"^const int64_t ahead = cols\.ahead \* ldb;$",
-                "at avx2 GCC folds it into the steps' prefetch addresses and gcov counts no run of it, "
-                "though the lines around it run; the AVX-512 levels' tiles count it", "x86_64",
-                missing_levels=("avx512", "avx512_bf16")),
-    Unreachable("csrc/arch/x86/gemm_avx2.cpp", r"if \(add\) v = _mm256_add_ps\(v, _mm256_load_ps\(Padded",
-                "8-column tiles are the m = 1 stream's, which never cuts K into blocks (nothing to add to)"),
-    Unreachable("csrc/core/activations.cpp", r"^case ComputeType::kInt8: std::fill\(s8\.get\(\)",
-                "zero_padding is called for bf16 and fp32 intermediates only (w1_activation.cpp): "
-                "store_row quantizes int8 ones, padding included"),
-)
+
+def _parse(path: str, text: Sequence[str], levels: Mapping[str, Iterable[str]]) -> list[tuple[range, _Marker]]:
+    """The markers of one file, each with the lines it covers."""
+    found: list[tuple[range, _Marker]] = []
+    pending: list[_Marker] = []  # markers waiting for their line
+    reason_open = False  # the last marker's reason runs on over comment lines
+    blocks: list[tuple[int, list[_Marker]]] = []  # open begins: (first line, the markers)
+
+    def error(number: int, what: str) -> MarkerError:
+        return MarkerError(f"{path}:{number}: {what}")
+
+    for number, raw in enumerate(text, 1):
+        line = raw.strip()
+        if MARKER.match(line):
+            if line == END:
+                if pending:
+                    raise error(number, "`end` right after a marker: the block has no line")
+                if not blocks:
+                    raise error(number, "`end` without a `begin`")
+                first, group = blocks.pop()
+                found += [(range(first, number), marker) for marker in group]
+                reason_open = False
+                continue
+            match = UNREACHABLE.match(line)
+            if not match:
+                raise error(number, f"malformed coverage marker: {line!r}")
+            arch, unless, name, words = match["arch"], match["levels"], match["name"], match["text"]
+            if arch is not None and arch not in levels:
+                raise error(number, f"unknown arch {arch!r} (known: {', '.join(sorted(levels))})")
+            unless_ran = tuple(unless.split(" or ")) if unless else ()
+            known = {level for arch_levels in ([levels[arch]] if arch else levels.values())
+                     for level in arch_levels}
+            for level in unless_ran:
+                if level not in known:
+                    raise error(number, f"unknown level {level!r}")
+            if words is None and (arch or unless or not name):
+                raise error(number, "a marker gives its reason, or names one given elsewhere with `(NAME)` alone")
+            if pending and pending[-1].begin != bool(match["begin"]):
+                raise error(number, "stacked markers are all `begin`s or none")
+            reason = Reason(words, arch or "*", unless_ran) if words is not None else None
+            pending.append(_Marker(number, bool(match["begin"]), reason, name))
+            reason_open = words is not None
+        elif not line.startswith("//") and TRAILING.search(line):
+            raise error(number, "a coverage marker goes on a line of its own, before the line it covers")
+        elif line.startswith("//") and pending:
+            if not reason_open:
+                raise error(number, "a comment between a marker without its own reason and its line")
+            last = pending[-1]
+            assert last.reason is not None
+            last.reason = dataclasses.replace(last.reason, text=f"{last.reason.text} {line[2:].strip()}")
+        elif pending:
+            if not line:
+                raise error(pending[0].line, "the marker covers no line: a blank line follows it")
+            if line == "}" and not pending[0].begin:
+                raise error(pending[0].line, "the marker covers a lone closing brace: its line is gone")
+            if pending[0].begin:
+                blocks.append((number, pending))
+            else:
+                found += [(range(number, number + 1), marker) for marker in pending]
+            pending, reason_open = [], False
+    if pending:
+        raise error(pending[0].line, "the marker covers no line: the file ends")
+    if blocks:
+        raise error(blocks[-1][1][0].line, "`begin` without its `end`")
+    return sorted(found, key=lambda covered: covered[1].line)
+
+
+def read_markers(root: Path = REPO, levels: Mapping[str, Iterable[str]] | None = None
+                 ) -> dict[str, dict[int, list[Reason]]]:
+    """Every marker under root/csrc: file -> line number -> the reasons that cover it, in the
+    markers' order (the first that holds is the one reported). Raises MarkerError naming file and line for a malformed marker, one that
+    covers no line, or a name used but not given (or given twice)."""
+    if levels is None:
+        targets = load_targets()
+        levels = {arch: [*target.isa_levels, *(model.isa for model in target.cpu_models)]
+                  for arch, target in targets.items()}
+    parsed: dict[str, list[tuple[range, _Marker]]] = {}
+    for source in sorted((root / "csrc").rglob("*")):
+        if source.is_file() and source.suffix in SOURCE_SUFFIXES:
+            path = source.relative_to(root).as_posix()
+            parsed[path] = _parse(path, source.read_text().splitlines(), levels)
+    named: dict[str, tuple[str, int, Reason]] = {}
+    for path, markers in parsed.items():
+        for _, marker in markers:
+            if marker.name and marker.reason is not None:
+                if marker.name in named:
+                    first, line, _ = named[marker.name]
+                    raise MarkerError(f"{path}:{marker.line}: the reason ({marker.name}) is given again "
+                                      f"(first at {first}:{line})")
+                named[marker.name] = (path, marker.line, marker.reason)
+    found: dict[str, dict[int, list[Reason]]] = {}
+    for path, markers in parsed.items():
+        for lines, marker in markers:
+            if marker.reason is None:
+                if marker.name not in named:
+                    raise MarkerError(f"{path}:{marker.line}: no marker gives the reason ({marker.name})")
+                reason = named[marker.name][2]
+            else:
+                reason = marker.reason
+            for number in lines:
+                found.setdefault(path, {}).setdefault(number, []).append(reason)
+    return found
 
 
 def config_settings(build_dir: Path) -> list[str]:
@@ -216,21 +299,15 @@ def parse_gcovr(data: Mapping) -> dict[str, FileCoverage]:
     return files
 
 
-def reasons(arch: str, path: str, text: Sequence[str], levels_run: Iterable[str] = (),
-            unreachable: Sequence[Unreachable] = UNREACHABLE) -> dict[int, str]:
-    """Line number -> why it cannot run, for the lines of path (its text, one line an item),
-    after runs of levels_run."""
-    found: dict[int, str] = {}
-    ran = set(levels_run)
-    for rule in unreachable:
-        if not (fnmatch.fnmatch(arch, rule.arch) and fnmatch.fnmatch(path, rule.files)):
-            continue
-        if rule.missing_levels and ran & set(rule.missing_levels):
-            continue
-        for index, line in enumerate(text):
-            if re.search(rule.text, line.strip()):
-                for number in range(index + 1, index + 1 + rule.lines):
-                    found.setdefault(number, rule.reason)
+def reasons(arch: str, text: Sequence[str], levels_run: Iterable[str] = (),
+            marked: Mapping[int, Sequence[Reason]] | None = None) -> dict[int, str]:
+    """Line number -> why it cannot run, for the lines of a file (its text, one line an item;
+    marked: its markers, from read_markers), after runs of levels_run."""
+    found = {number: EXCEPTION_CLEANUP for number, line in enumerate(text, 1) if line.strip() == "}"}
+    for number, held in (marked or {}).items():
+        for reason in held:
+            if reason.holds(arch, levels_run):
+                found.setdefault(number, reason.text)
     return found
 
 
@@ -301,9 +378,10 @@ def gaps(arch: str, runs: Mapping[str, dict[str, FileCoverage]], sources: Path =
         if union is not None:
             checked.append(("all", path, union))
     found = []
+    markers = read_markers(sources)
     for level, path, coverage in checked:
         text = (sources / path).read_text().splitlines()
-        why = reasons(arch, path, text, runs)
+        why = reasons(arch, text, runs, markers.get(path))
         for number in coverage.uncovered():
             found.append(Gap(arch, level, path, number, text[number - 1].strip(), why.get(number, "")))
     return found
@@ -486,5 +564,5 @@ def main(bin_dir: Path, arches: Sequence[str], pytest_args: Sequence[str]) -> bo
         print(f"the suite failed under {run}", flush=True)
     missing = unexplained(found)
     if missing:
-        print(f"{len(missing)} uncovered lines no test reaches and UNREACHABLE does not explain", flush=True)
+        print(f"{len(missing)} uncovered lines no test reaches and no coverage marker explains", flush=True)
     return not missing and not outcome.failed

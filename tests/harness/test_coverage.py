@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -93,7 +94,8 @@ def write_sources(root: Path) -> None:
         "csrc/generic/gemm_generic.cpp": "a\n",
         "csrc/arch/arm/gemm_i8mm.cpp": "a\nk tail\n",
         "csrc/arch/arm/gemm_neon.cpp": "a\nb\n",
-        "csrc/core/methods.cpp": "default: return \"unknown\";\nok\nnever\n",
+        "csrc/core/methods.cpp": "// coverage: unreachable: method_name is asked only of a method check_method\n"
+                                 "//   accepted (0 to 4)\ndefault: return \"unknown\";\nok\nnever\n",
     }.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
@@ -105,17 +107,17 @@ def test_gaps_are_own_files_per_level_and_shared_files_over_every_run(tmp_path):
     runs = {
         # neon's own file fully run; i8mm's run misses line 2 of its own file
         "neon": {"csrc/arch/arm/gemm_neon.cpp": fc({1: 1, 2: 1}), "csrc/arch/arm/gemm_i8mm.cpp": fc({1: 0, 2: 0}),
-                 "csrc/core/methods.cpp": fc({1: 0, 2: 1, 3: 0})},
-        "i8mm": {"csrc/arch/arm/gemm_i8mm.cpp": fc({1: 4, 2: 0}), "csrc/core/methods.cpp": fc({1: 0, 2: 0, 3: 0})},
+                 "csrc/core/methods.cpp": fc({3: 0, 4: 1, 5: 0})},
+        "i8mm": {"csrc/arch/arm/gemm_i8mm.cpp": fc({1: 4, 2: 0}), "csrc/core/methods.cpp": fc({3: 0, 4: 0, 5: 0})},
     }
     found = coverage.gaps("aarch64", runs, sources=tmp_path)
     assert [(g.level, g.file, g.line, g.text) for g in found] == [
         ("i8mm", "csrc/arch/arm/gemm_i8mm.cpp", 2, "k tail"),
-        ("all", "csrc/core/methods.cpp", 1, 'default: return "unknown";'),
-        ("all", "csrc/core/methods.cpp", 3, "never"),
+        ("all", "csrc/core/methods.cpp", 3, 'default: return "unknown";'),
+        ("all", "csrc/core/methods.cpp", 5, "never"),
     ]
-    assert [g.line for g in coverage.unexplained(found)] == [2, 3]
-    assert "check_method" in found[1].reason
+    assert [g.line for g in coverage.unexplained(found)] == [2, 5]
+    assert found[1].reason == "method_name is asked only of a method check_method accepted (0 to 4)"
 
 
 def test_the_report_has_a_cell_per_file_and_level_and_lists_the_gaps(tmp_path):
@@ -144,17 +146,115 @@ def test_each_run_reads_the_builds_notes_with_the_arch_gcov(tmp_path):
     assert argv[-1] == str(gcda) and argv[argv.index("--json") + 1] == str(tmp_path / "o.json")
 
 
-def test_a_reason_holds_only_on_the_arch_it_names():
-    text = ["x", "    if (level.supported) best = &level;"]
-    assert "MOE_XARCH_ISA" in coverage.reasons("x86_64", "csrc/core/dispatch.cpp", text)[2]
-    assert coverage.reasons("aarch64", "csrc/core/dispatch.cpp", text) == {}
-    assert coverage.reasons("x86_64", "csrc/core/packing.cpp", text) == {}
+LEVELS = {"x86_64": ["generic", "avx2", "avx512_bf16", "amx"], "aarch64": ["neon", "i8mm"]}
 
 
-def test_a_reason_can_hold_for_the_lines_after_the_one_it_matches():
-    rule = coverage.Unreachable("a.cpp", r"^if \(tiles\) \{$", "why", lines=3)
-    text = ["a", "if (tiles) {", "  b;", "  c;", "}", "if (tiles) {"]
-    assert coverage.reasons("x86_64", "a.cpp", text, unreachable=[rule]) == {2: "why", 3: "why", 4: "why", 6: "why", 7: "why", 8: "why"}
+def marked(tmp_path: Path, files: dict[str, str]) -> dict[str, dict[int, list[coverage.Reason]]]:
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    return coverage.read_markers(tmp_path, LEVELS)
+
+
+def reasons_of(tmp_path: Path, text: str, arch: str = "x86_64", ran: tuple[str, ...] = ()) -> dict[int, str]:
+    markers = marked(tmp_path, {"csrc/a.cpp": text})
+    return coverage.reasons(arch, text.splitlines(), ran, markers.get("csrc/a.cpp"))
+
+
+def test_a_marker_explains_the_line_after_it_on_the_arch_it_names(tmp_path):
+    text = ("x\n"
+            "// coverage: unreachable on x86_64: the default level: every x86 run\n"
+            "//   forces its level\n"
+            "if (level.supported) best = &level;\n"
+            "y\n")
+    assert reasons_of(tmp_path, text) == {4: "the default level: every x86 run forces its level"}
+    assert reasons_of(tmp_path, text, "aarch64") == {}
+
+
+def test_a_closing_brace_is_the_scopes_exception_cleanup_in_every_file(tmp_path):
+    assert reasons_of(tmp_path, "f() {\n  x;\n  }\n}  // namespace\n") == {3: coverage.EXCEPTION_CLEANUP}
+
+
+def test_a_begin_and_end_explain_every_line_between_and_blocks_nest(tmp_path):
+    text = ("a\n"
+            "// coverage: begin unreachable: outer\n"
+            "f() {\n"
+            "  x;\n"
+            "  // coverage: begin unreachable on x86_64: inner\n"
+            "  y;\n"
+            "  // coverage: end\n"
+            "}\n"
+            "// coverage: end\n"
+            "b\n")
+    assert reasons_of(tmp_path, text) == {3: "outer", 4: "outer", 5: "outer", 6: "outer", 7: "outer",
+                                          8: coverage.EXCEPTION_CLEANUP}
+    markers = marked(tmp_path, {"csrc/a.cpp": text})["csrc/a.cpp"]
+    assert [r.text for r in markers[6]] == ["outer", "inner"]
+
+
+def test_a_named_reason_is_given_once_and_used_with_its_arch_and_levels(tmp_path):
+    files = {"csrc/a.cpp": "// coverage: unreachable on x86_64 unless avx512_bf16 or amx ran (tiles): no tiles here\n"
+                           "tiles();\n",
+             "csrc/b.h": "// coverage: begin unreachable (tiles)\n"
+                         "// coverage: begin unreachable on aarch64: x86 only\n"
+                         "line();\n"
+                         "// coverage: end\n"}
+    markers = marked(tmp_path, files)
+    b = markers["csrc/b.h"]
+    assert [(r.text, r.arch, r.unless_ran) for r in b[3]] == [
+        ("no tiles here", "x86_64", ("avx512_bf16", "amx")), ("x86 only", "aarch64", ())]
+    assert coverage.reasons("x86_64", ["", "", "line();"], ["avx2"], b) == {3: "no tiles here"}
+    assert coverage.reasons("x86_64", ["", "", "line();"], ["avx2", "amx"], b) == {}
+    assert coverage.reasons("aarch64", ["", "", "line();"], ["i8mm"], b) == {3: "x86 only"}
+
+
+def test_a_reason_for_a_level_this_cpu_lacks_lapses_once_the_level_ran(tmp_path):
+    text = "// coverage: unreachable on x86_64 unless amx ran: no AMX here\namx();\n"
+    assert reasons_of(tmp_path, text, ran=("generic",)) == {2: "no AMX here"}
+    assert reasons_of(tmp_path, text, ran=("generic", "amx")) == {}
+    either = "// coverage: unreachable unless avx512_bf16 or amx ran: no tile level here\ntiles();\n"
+    assert reasons_of(tmp_path, either, ran=("avx2",)) == {2: "no tile level here"}
+    assert reasons_of(tmp_path, either, ran=("avx2", "avx512_bf16")) == {}
+
+
+@pytest.mark.parametrize(("text", "line", "what"), [
+    ("a\n// coverage: unreachable\nb\n", 2, "gives its reason"),
+    ("a\n// coverage: unrechable: why\nb\n", 2, "malformed"),
+    ("a\n//coverage: unreachable: why\nb\n", 2, "malformed"),
+    ("a\n// coverage: unreachable on riscv: why\nb\n", 2, "unknown arch 'riscv'"),
+    ("a\n// coverage: unreachable on x86_64 unless avx9 ran: why\nb\n", 2, "unknown level 'avx9'"),
+    ("a\n// coverage: unreachable on aarch64 unless amx ran: why\nb\n", 2, "unknown level 'amx'"),
+    ("a\nb;  // coverage: unreachable: why\n", 2, "on a line of its own"),
+    # the line it explained is gone: the marker now stands before a blank line, a lone brace, or the file's end
+    ("f() {\n  // coverage: unreachable: why\n\n  x;\n", 2, "covers no line"),
+    ("f() {\n  // coverage: unreachable: why\n}\n", 2, "lone closing brace"),
+    ("a\n// coverage: unreachable: why\n", 2, "the file ends"),
+    ("a\n// coverage: begin unreachable: why\nb\n", 2, "without its `end`"),
+    ("a\n// coverage: begin unreachable: why\n// coverage: end\nb\n", 3, "has no line"),
+    ("a\n// coverage: end\n", 2, "without a `begin`"),
+    ("// coverage: begin unreachable: a\n// coverage: unreachable: b\nc\n// coverage: end\n", 2, "all `begin`s"),
+    ("// coverage: unreachable (n)\n// and more\nc\n", 2, "without its own reason"),
+    ("a\n// coverage: unreachable (nowhere)\nb\n", 2, "no marker gives the reason (nowhere)"),
+    ("// coverage: unreachable (n): one\na\n// coverage: unreachable (n): two\nb\n", 3, "given again"),
+])
+def test_a_malformed_or_stale_marker_is_an_error_naming_file_and_line(tmp_path, text, line, what):
+    with pytest.raises(coverage.MarkerError, match=rf"^csrc/core/x\.cpp:{line}: .*{re.escape(what)}"):
+        marked(tmp_path, {"csrc/core/x.cpp": text})
+
+
+def test_the_sources_markers_parse_and_explain_the_lines_no_run_here_reaches(repo_root):
+    markers = coverage.read_markers(repo_root)
+    for path, lines in markers.items():
+        assert coverage.is_kernel_file(path), path
+        text = (repo_root / path).read_text().splitlines()
+        code = [n for n in lines if text[n - 1].strip() and not text[n - 1].strip().startswith("//")]
+        assert code, path
+    dispatch = (repo_root / "csrc/core/dispatch.cpp").read_text().splitlines()
+    default = [n for n, line in enumerate(dispatch, 1) if "if (level.supported) best = &level;" in line]
+    why = coverage.reasons("x86_64", dispatch, ["avx2"], markers["csrc/core/dispatch.cpp"])
+    assert [why.get(n) for n in default] == [
+        "the default (best) level: every x86 run forces its level with MOE_XARCH_ISA"]
+    assert not coverage.reasons("aarch64", dispatch, ["neon"], markers["csrc/core/dispatch.cpp"]).get(default[0])
 
 
 def test_the_runs_select_the_tests_the_test_sessions_plan_gives_them(repo_root):
@@ -164,26 +264,6 @@ def test_the_runs_select_the_tests_the_test_sessions_plan_gives_them(repo_root):
                    "aarch64-max-i8mm": ["-m", "not level_independent"]}
     x86 = runners.selections(runners.planned_runs(targets["x86_64"], ["generic", "avx2"]), coverage.BUILDER)
     assert x86 == {"x86_64-host-generic": [], "x86_64-host-avx2": ["-m", "not forces_levels and not level_independent"]}
-
-
-def test_a_reason_for_a_level_this_cpu_lacks_lapses_once_the_level_ran():
-    rule = coverage.Unreachable("a.cpp", r"^amx$", "no AMX here", missing_levels=("amx",))
-    assert coverage.reasons("x86_64", "a.cpp", ["amx"], ["generic"], unreachable=[rule]) == {1: "no AMX here"}
-    assert coverage.reasons("x86_64", "a.cpp", ["amx"], ["generic", "amx"], unreachable=[rule]) == {}
-    either = coverage.Unreachable("a.cpp", r"^tiles$", "no tile level here", missing_levels=("avx512_bf16", "amx"))
-    assert coverage.reasons("x86_64", "a.cpp", ["tiles"], ["avx2"], unreachable=[either]) == {1: "no tile level here"}
-    assert coverage.reasons("x86_64", "a.cpp", ["tiles"], ["avx2", "avx512_bf16"], unreachable=[either]) == {}
-
-
-def test_every_reason_matches_lines_of_the_sources(repo_root):
-    """A rule whose text no longer matches (the code moved on) would explain nothing: say so."""
-    sources = [p.relative_to(repo_root).as_posix() for p in (repo_root / "csrc").rglob("*")
-               if p.is_file() and coverage.is_kernel_file(p.relative_to(repo_root).as_posix())]
-    for rule in coverage.UNREACHABLE:
-        arch = "aarch64" if rule.arch == "aarch64" else "x86_64"
-        matched = [path for path in sources if coverage.reasons(
-            arch, path, (repo_root / path).read_text().splitlines(), unreachable=[rule])]
-        assert matched, rule
 
 
 def test_the_emulated_runs_set_the_host_up_first_as_the_test_sessions_do(monkeypatch, tmp_path):
