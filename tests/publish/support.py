@@ -183,7 +183,8 @@ def make_wheel(directory: Path, arch: str, version: str = "1.0.0", payload: byte
     files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
     with zipfile.ZipFile(directory / name, "w") as archive:
         for path, data in files.items():
-            archive.writestr(zipfile.ZipInfo(path, (2020, 1, 1, 0, 0, 0)), data, zipfile.ZIP_DEFLATED)
+            archive.writestr(zipfile.ZipInfo(path, (2020, 1, 1, 0, 0, 0)), data,
+                             zipfile.ZIP_DEFLATED if path.endswith(".so") else zipfile.ZIP_STORED)
     return directory / name
 
 
