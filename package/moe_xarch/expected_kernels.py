@@ -91,7 +91,8 @@ EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
         **_level("avx512_bf16", _MXFP4_FUSED),
         **_PACK_BOTH,
     },
-    # avx512_bf16 with tile GEMMs from 4 rows of a; fp8 is never widened into rows for bf16.
+    # avx512_bf16 with tile GEMMs from 4 rows of a; fp8 and MXFP4 are never widened into rows for
+    # bf16: they are widened onto tiles in the GEMM, as INT4 is.
     "amx": {
         **_level("avx512", ("gemm_f32", "fp8_to_f32")),
         "gemm_bf16": Expected("amx", {"avx512_bf16": f"{_AMX_FEW_ROWS}, or K not a multiple of 32"}),
@@ -100,8 +101,10 @@ EXPECTED_KERNELS: Mapping[str, Mapping[str, Expected]] = {
         "gemm_bf16_tiles": Expected("amx", {"avx512_bf16": _AMX_FEW_ROWS}),
         "gemm_s8_tiles": Expected("amx", {"avx512_bf16": _AMX_FEW_ROWS}),
         "gemm_bf16_fp8_tiles": Expected("amx", {"avx512_bf16": f"{_AMX_FEW_ROWS}, or block_k not a multiple of 32"}),
-        **_level("avx512_bf16", (*ROW_KERNELS, *_MXFP4_FUSED)),
-        **_level("avx512", _FOUR_BIT),
+        "gemm_w4a8": Expected("amx", {"avx512": "fewer than 16 rows of a"}),
+        "gemm_bf16_mxfp4": Expected("amx", {"avx512_bf16": _AMX_FEW_ROWS}),
+        **_level("avx512_bf16", ROW_KERNELS),
+        **_level("avx512", ("mxfp4_to_f32",)),
         **_PACK_BOTH,
     },
     # aarch64: the row loops and fp8 widening are the generic level's at every level, the MXFP4

@@ -38,13 +38,14 @@ CASES = {
 FOUR_BIT_KIND = {MoeCompMethod.INT4_W4A8: {torch.bfloat16: "gemm_w4a8"},
                  MoeCompMethod.MXFP4: {torch.bfloat16: "mxfp4_to_bf16", torch.float32: "mxfp4_to_f32"}}
 # Where a level has it, the fused MXFP4 GEMM takes experts with few rows of a (a decode call's
-# one), and the rows are widened for experts with more (a prefill call's at least 8).
+# one), and the rows are widened for experts with more (a prefill call's at least 16), but at a
+# level that widens them in the GEMM (amx: onto tiles), which takes all.
 FUSED_KIND = {(MoeCompMethod.MXFP4, torch.bfloat16): "gemm_bf16_mxfp4"}
 ACTIVATION_KIND = {"silu": "silu_and_mul", "swiglu": "swiglu"}
-# 16 tokens on 2 experts, one each: at least 8 rows of a for one of them, enough
-# for every level's own kernels (amx's tiles take 4). K and 2N are multiples of 64
-# (whole vectors and tiles, and every tile layout's blocks apply).
-TOKENS, K, N, EXPERTS, TOPK = 16, 64, 32, 2, 1
+# 32 tokens on 2 experts, one each: at least 16 rows of a for one of them, enough
+# for every level's own kernels (amx's tiles take 4, its INT4 tiles 16). K and 2N
+# are multiples of 64 (whole vectors and tiles, and every tile layout's blocks apply).
+TOKENS, K, N, EXPERTS, TOPK = 32, 64, 32, 2, 1
 
 
 def measured(work: Callable[[], object]) -> moe_xarch.KernelUse:
@@ -105,7 +106,9 @@ def test_the_level_runs_its_own_kernels(case: str, packed: bool, activation: str
     if method in (MoeCompMethod.INT8_W8A8, MoeCompMethod.INT4_W4A8):
         required.add("quantize_row_s8")
     if method in FOUR_BIT_KIND:
-        required.add(FOUR_BIT_KIND[method][dtype])
+        widening = FOUR_BIT_KIND[method][dtype]
+        # A level that never widens MXFP4 into rows takes every row count in its fused GEMM.
+        required.add(widening if widening in expected else FUSED_KIND[(method, dtype)])
     if packed and in_tiles and tile_gemm in expected:
         required.add(tile_gemm)
     prefill = measured(lambda: problem.run(moe_xarch.fused_experts, packed=packed))

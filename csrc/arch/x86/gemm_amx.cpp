@@ -20,6 +20,7 @@
 
 #include "arch/x86/e4m3_bf16.h"
 #include "arch/x86/kernels_x86.h"
+#include "arch/x86/mxfp4_avx512.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 #include "core/scratch.h"
@@ -45,11 +46,13 @@ struct alignas(64) TileConfig {
   uint16_t colsb[16] = {};
   uint8_t rows[16] = {};
 
-  TileConfig(int first_rows, int second_rows) {
+  // k_bytes: of K per multiply (64, or 32: the panels' tiles are then their
+  // first or last 8 rows).
+  TileConfig(int first_rows, int second_rows, int k_bytes = kTileBytes) {
     for (int t = 0; t < 8; ++t) {
-      const int count = t <= 2 ? first_rows : t <= 4 ? kTileBytes / 4 : second_rows;
+      const int count = t <= 2 ? first_rows : t <= 4 ? k_bytes / 4 : second_rows;
       rows[t] = static_cast<uint8_t>(count);
-      colsb[t] = count ? 64 : 0;  // an unused tile has neither
+      colsb[t] = count ? (t == 2 || t == 5 ? k_bytes : 64) : 0;  // an unused tile has neither
     }
   }
 };
@@ -211,8 +214,9 @@ void tile_gemm_packed(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, i
 
 // The tile intrinsics take register numbers as literals: first and second
 // are tile_loop's first block of rows against panels 0 and 1, third and
-// fourth its second block.
+// fourth its second block; sums reads 16 sums of a stored tile row as fp32.
 struct DotBF16 {
+  static MOE_X86_INLINE __m512 sums(const int32_t* stored) { return _mm512_load_ps(stored); }
   MOE_X86_INLINE void first() const { _tile_dpbf16ps(0, 2, 3); }
   MOE_X86_INLINE void second() const { _tile_dpbf16ps(1, 2, 4); }
   MOE_X86_INLINE void third() const { _tile_dpbf16ps(6, 5, 3); }
@@ -220,6 +224,9 @@ struct DotBF16 {
 };
 
 struct DotS8 {
+  static MOE_X86_INLINE __m512 sums(const int32_t* stored) {
+    return _mm512_cvtepi32_ps(_mm512_load_si512(stored));
+  }
   MOE_X86_INLINE void first() const { _tile_dpbssd(0, 2, 3); }
   MOE_X86_INLINE void second() const { _tile_dpbssd(1, 2, 4); }
   MOE_X86_INLINE void third() const { _tile_dpbssd(6, 5, 3); }
@@ -358,71 +365,93 @@ class RowsOfA {
   uint8_t* tail_ = nullptr;
 };
 
-// Each 32 columns of b are widened into two panels once per call by
-// widen(j, rows, panel) (rows [j, j + rows) of b, rows <= 16, the rest zero,
-// all tiles that k reaches), then every 16 rows of a meet them in tiles 0, 1
-// one block of K at a time, each block's sums added into fp32 totals times
-// its columns' scales (the scales never touch the widened values, as in
-// avx512_bf16's kernel). Widening all of K before the tiles keeps the loads of
-// b in flight back to back, where widening a block of K at a time into L1
-// stalls on each. Blocks of K are whole tile rows.
-template <class Widen>
-void fp8_tile_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const Fp8Scales& scales,
-                   float* c, int64_t ldc, Widen widen) {
+// The tile GEMMs whose K runs in blocks of block_bytes, each with a scale of
+// its own per column of b (fp8's block scales, INT4's group scales): each 32
+// columns of b are widened into two panels once per call by widen(j, rows,
+// panel) (rows [j, j + rows) of b, rows <= 16, the rest zero, all tiles that
+// k_bytes reaches), then every 16 rows of a meet them in tiles 0, 1 one block
+// of K at a time, each block's sums (Dot::sums: fp32, or int32 made fp32) added
+// into fp32 totals times col_scale(column, block), and the totals times
+// row_scale (null: 1) of their row of a are c. The scales never touch the
+// widened values, as in avx512_bf16's kernel. Widening all of K before the
+// tiles keeps the loads of b in flight back to back, where widening a block of
+// K at a time into L1 stalls on each. Blocks of K are whole tile rows, or
+// halves (32 bytes: a multiply then takes 32 bytes of K).
+template <class Dot, class ColScale, class Widen>
+void blocked_tile_gemm(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t lda, int64_t block_bytes,
+                       ColScale col_scale, const float* row_scale, float* c, int64_t ldc, Widen widen) {
   constexpr int kCols = 2 * kTileRows;
-  const int64_t block_k = scales.block_k;
-  const int64_t blocks = (k + block_k - 1) / block_k;
-  const int64_t panel_bytes = (k + kTileValues - 1) / kTileValues * kTileSize;
+  const int64_t blocks = (k_bytes + block_bytes - 1) / block_bytes;
+  const int64_t panel_bytes = (k_bytes + kTileBytes - 1) / kTileBytes * kTileSize;
   uint8_t* panel0 =
       thread_scratch(ScratchUse::kPanels, 2 * panel_bytes + (blocks + m) * kCols * static_cast<int64_t>(sizeof(float)));
   uint8_t* panel1 = panel0 + panel_bytes;
-  float* col_scale = reinterpret_cast<float*>(panel1 + panel_bytes);  // [blocks][kCols]
-  float* total = col_scale + blocks * kCols;                           // [m][kCols]
-  alignas(64) float dots[kTileRows][kCols];
+  float* col_scales = reinterpret_cast<float*>(panel1 + panel_bytes);  // [blocks][kCols]
+  float* total = col_scales + blocks * kCols;                          // [m][kCols]
+  alignas(64) int32_t dots[kTileRows][kCols];
   // A row of a meets a panel row of tiles: kTileBytes per tile of K.
-  const RowsOfA rows_of_a(reinterpret_cast<const uint8_t*>(a), 2 * lda, m, panel_bytes / kTileRows);
-  const TileConfig config(rows_of_a.tile_rows(), 0);
+  const RowsOfA rows_of_a(a, lda, m, panel_bytes / kTileRows);
+  const int step = block_bytes % kTileBytes == 0 ? kTileBytes : kTileBytes / 2;
+  const TileConfig config(rows_of_a.tile_rows(), 0, step);
   _tile_loadconfig(&config);
+  const Dot dot;
   for (int64_t j = 0; j < n; j += kCols) {
     const int nb = static_cast<int>(n - j < kCols ? n - j : kCols);
     for (int q = 0; q < kCols; ++q) {
-      const int64_t row = scales.row0 + j + (q < nb ? q : nb - 1);
-      const float* s = scales.scale + row / scales.block_n * scales.ld;
-      for (int64_t blk = 0; blk < blocks; ++blk) col_scale[blk * kCols + q] = s[blk];
+      const int64_t column = j + (q < nb ? q : nb - 1);
+      for (int64_t blk = 0; blk < blocks; ++blk) col_scales[blk * kCols + q] = col_scale(column, blk);
     }
     for (int64_t i = 0; i < m * kCols; i += kTileRows) _mm512_store_ps(total + i, _mm512_setzero_ps());
     widen(j, nb < kTileRows ? nb : kTileRows, panel0);
     if (nb > kTileRows) widen(j + kTileRows, nb - kTileRows, panel1);
     for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t p0 = blk * block_k, p1 = k - p0 < block_k ? k : p0 + block_k;
+      const int64_t p0 = blk * block_bytes, p1 = k_bytes - p0 < block_bytes ? k_bytes : p0 + block_bytes;
       for (int64_t i = 0; i < m; i += kTileRows) {
         const int rows = block_rows(m, i);
         const uint8_t* a_rows = rows_of_a.block(i);
         _tile_zero(0);
         _tile_zero(1);
-        for (int64_t p = p0; p < p1; p += kTileValues) {
-          _tile_loadd(2, a_rows + 2 * p, 2 * lda);
-          _tile_loadd(3, panel0 + p / kTileValues * kTileSize, kTileBytes);
-          _tile_dpbf16ps(0, 2, 3);
+        for (int64_t p = p0; p < p1; p += step) {
+          _tile_loadd(2, a_rows + p, lda);
+          _tile_loadd(3, panel0 + kTileRows * p, kTileBytes);
+          dot.first();
           if (nb > kTileRows) {
-            _tile_loadd(4, panel1 + p / kTileValues * kTileSize, kTileBytes);
-            _tile_dpbf16ps(1, 2, 4);
+            _tile_loadd(4, panel1 + kTileRows * p, kTileBytes);
+            dot.second();
           }
         }
-        _tile_stored(0, &dots[0][0], kCols * sizeof(float));
-        _tile_stored(1, &dots[0][kTileRows], kCols * sizeof(float));
+        _tile_stored(0, &dots[0][0], kCols * sizeof(int32_t));
+        _tile_stored(1, &dots[0][kTileRows], kCols * sizeof(int32_t));
         for (int h = 0; h < kCols; h += kTileRows) {
-          const __m512 s = _mm512_load_ps(col_scale + blk * kCols + h);
+          const __m512 s = _mm512_load_ps(col_scales + blk * kCols + h);
           for (int r = 0; r < rows; ++r) {
             float* t = total + (i + r) * kCols + h;
-            _mm512_store_ps(t, _mm512_fmadd_ps(_mm512_load_ps(&dots[r][h]), s, _mm512_load_ps(t)));
+            _mm512_store_ps(t, _mm512_fmadd_ps(Dot::sums(&dots[r][h]), s, _mm512_load_ps(t)));
           }
         }
       }
     }
-    for (int64_t i = 0; i < m; ++i) std::memcpy(c + i * ldc + j, total + i * kCols, nb * sizeof(float));
+    for (int64_t i = 0; i < m; ++i) {
+      const __m512 scale = _mm512_set1_ps(row_scale ? row_scale[i] : 1.f);
+      for (int h = 0; h < nb; h += kTileRows) {
+        const __mmask16 lanes = nb - h >= kTileRows ? 0xffff : static_cast<__mmask16>((1u << (nb - h)) - 1);
+        _mm512_mask_storeu_ps(c + i * ldc + j + h, lanes, _mm512_mul_ps(_mm512_load_ps(total + i * kCols + h), scale));
+      }
+    }
   }
   _tile_release();
+}
+
+// fp8 times bf16 a: blocked_tile_gemm with the weight's block scales.
+template <class Widen>
+void fp8_tile_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const Fp8Scales& scales,
+                   float* c, int64_t ldc, Widen widen) {
+  blocked_tile_gemm<DotBF16>(
+      m, n, 2 * k, reinterpret_cast<const uint8_t*>(a), 2 * lda, 2 * scales.block_k,
+      [&](int64_t column, int64_t blk) {
+        return scales.scale[(scales.row0 + column) / scales.block_n * scales.ld + blk];
+      },
+      nullptr, c, ldc, widen);
 }
 
 // fp8 rows: from kMinRows rows of a, on tiles; below, or for K or blocks of K
@@ -451,6 +480,105 @@ void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
   fp8_tile_gemm(m, n, k, a, lda, scales, c, ldc, [&](int64_t j, int, uint8_t* panel) {
     x86::widen_fp8_lines(e4m3_to_bf16, b + j * ldb, k, panel);
   });
+}
+
+// 4-bit weights are widened onto tiles once per call, for every row of a,
+// from this many rows; below, the AVX-512 kernels read them in registers.
+// The widening (a 16 x 16 transpose per 64 bytes of each 16 rows) costs about
+// 0.2 instructions a value: INT4's registers kernel is faster up to about 8
+// rows (qwen3-30b-a3b's shapes, 1 thread), MXFP4's is not from 4 on.
+constexpr int64_t kW4a8MinRows = 16;
+constexpr int64_t kMxfp4MinRows = kMinRows;
+// Each row of 4-bit b prefetches this many bytes ahead, as the fp8 rows do.
+constexpr int64_t kFourBitAhead = 512;
+
+// The bytes of row `row` of 4-bit b ahead of byte x: into the next 16 rows near its end.
+MOE_X86_INLINE const char* four_bit_ahead(const uint8_t* b, int64_t ldb, int64_t row, int64_t x, int64_t row_bytes) {
+  const int64_t ahead = x + kFourBitAhead < row_bytes ? kFourBitAhead : kFourBitAhead - row_bytes + kTileRows * ldb;
+  return reinterpret_cast<const char*>(b + row * ldb + x + ahead);
+}
+
+// Rows [j, j + rows) of 4-bit b (rows <= 16, the rest zero), k values of each,
+// widened into a panel in the tile layout (pack_panel's), a tile row of K (64
+// bytes) at a time: decode(row, p) gives the 64 bytes of row `row` from value
+// p on, which are `values` values of K.
+template <class Decode>
+void widen_four_bit_panel(const uint8_t* b, int64_t ldb, int64_t j, int rows, int64_t k, int64_t values,
+                          uint8_t* panel, Decode decode) {
+  const int64_t value_bytes = kTileBytes / values;
+  for (int64_t p = 0; p < k; p += values) {
+    __m512i r[16];
+    for (int i = 0; i < kTileRows; ++i) {
+      if (i >= rows) {
+        r[i] = _mm512_setzero_si512();
+        continue;
+      }
+      _mm_prefetch(four_bit_ahead(b, ldb, j + i, p / 2, k / 2), _MM_HINT_T0);
+      r[i] = decode(j + i, p);
+    }
+    transpose16x16(r);
+    for (int g = 0; g < kTileRows; ++g) _mm512_store_si512(panel + kTileRows * value_bytes * p + g * kTileBytes, r[g]);
+  }
+}
+
+// INT4 as int8 (k a multiple of 32, as the groups): each value less its
+// group's zero point, in [-15, 15]; zeros past k.
+void widen_w4a8_panel(const uint8_t* b, int64_t ldb, const Int4Groups& groups, int64_t j, int rows, int64_t k,
+                      uint8_t* panel) {
+  const __m512i low = _mm512_set1_epi16(0x000f), high = _mm512_set1_epi16(0x0f00);
+  widen_four_bit_panel(b, ldb, j, rows, k, kTileBytes, panel, [&](int64_t row, int64_t p) {
+    const bool whole = k - p >= kTileBytes;  // 64 values, or the last 32
+    // Byte x of the row holds values 2 x (low nibble) and 2 x + 1: word x gets them as its two bytes.
+    const __m256i bytes = _mm256_maskz_loadu_epi8(whole ? ~__mmask32{0} : 0xffff, b + row * ldb + p / 2);
+    const __m512i w = _mm512_cvtepu8_epi16(bytes);
+    const __m512i q = _mm512_or_si512(_mm512_and_si512(w, low), _mm512_and_si512(_mm512_slli_epi16(w, 4), high));
+    // Values [p, p + 32) and [p + 32, p + 64) may be two groups.
+    const uint8_t* zero = groups.zero ? groups.zero + row * groups.ld : nullptr;
+    const char z0 = static_cast<char>(zero ? zero[p / groups.group] : 8);
+    const char z1 = static_cast<char>(zero && whole ? zero[(p + 32) / groups.group] : z0);
+    const __m512i zeros = _mm512_inserti64x4(_mm512_set1_epi8(z0), _mm256_set1_epi8(z1), 1);
+    return _mm512_maskz_sub_epi8(whole ? ~__mmask64{0} : 0xffffffffu, q, zeros);
+  });
+}
+
+// INT4_W4A8 from kW4a8MinRows rows of a: widened onto int8 panels and run as
+// the int8 tile GEMM, group by group (blocked_tile_gemm: int32 sums of a group
+// times its scale in fp32).
+void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale, const uint8_t* b,
+               int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
+  if (m < kW4a8MinRows) {
+    avx512::gemm_w4a8(m, n, k, a, lda, a_scale, b, ldb, groups, c, ldc);
+    return;
+  }
+  MOE_KERNEL_USE(kGemmW4A8);
+  blocked_tile_gemm<DotS8>(
+      m, n, k, reinterpret_cast<const uint8_t*>(a), lda, groups.group,
+      [&](int64_t column, int64_t group) { return groups.scale[column * groups.ld + group]; }, a_scale, c, ldc,
+      [&](int64_t j, int rows, uint8_t* panel) { widen_w4a8_panel(b, ldb, groups, j, rows, k, panel); });
+}
+
+// MXFP4 as bf16 (k a multiple of 32), widened exactly with its scales
+// (x86::mxfp4_block_bf16): a block of 32 values is one tile row of K.
+void widen_mxfp4_panel(const uint8_t* b, int64_t ldb, const uint8_t* scale, int64_t scale_ld, int64_t j, int rows,
+                       int64_t k, uint8_t* panel) {
+  widen_four_bit_panel(b, ldb, j, rows, k, kTileValues, panel, [&](int64_t row, int64_t p) {
+    return x86::mxfp4_block_bf16(b + row * ldb + p / 2, scale[row * scale_ld + p / kTileValues]);
+  });
+}
+
+// MXFP4 from kMxfp4MinRows rows of a: widened onto bf16 panels once per call
+// and run as the bf16 tile GEMM; below, avx512_bf16's fused kernel.
+void gemm_bf16_mxfp4(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b, int64_t ldb,
+                     const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc) {
+  if (m < kMxfp4MinRows) {
+    avx512_bf16::gemm_bf16_mxfp4(m, n, k, a, lda, b, ldb, scale, scale_ld, c, ldc);
+    return;
+  }
+  MOE_KERNEL_USE(kGemmBF16Mxfp4);
+  tile_gemm(
+      m, n, 2 * k, reinterpret_cast<const uint8_t*>(a), 2 * lda,
+      [&](int64_t j, int rows, uint8_t* panel) { widen_mxfp4_panel(b, ldb, scale, scale_ld, j, rows, k, panel); },
+      DotBF16{}, StoreF32{c, ldc});
 }
 
 // gemm_bf16_fp8 widens once per call onto tiles whatever the rows (below
@@ -492,6 +620,9 @@ const KernelSet& kernels_amx() {
     set.gemm_bf16_tiles = gemm_bf16_tiles;
     set.gemm_s8_tiles = gemm_s8_tiles;
     set.gemm_bf16_fp8_tiles = gemm_bf16_fp8_tiles;
+    set.gemm_w4a8 = gemm_w4a8;
+    set.gemm_bf16_mxfp4 = gemm_bf16_mxfp4;
+    set.gemm_bf16_mxfp4_takes = takes_any_rows;
     return set;
   }();
   return kernels;

@@ -1,9 +1,7 @@
 // AVX-512 (F, BW, VL, DQ) MXFP4 kernels, also those of the avx512_bf16 and
 // amx levels but for the fused GEMM, which avx512_bf16 has on vdpbf16ps.
 //
-// Widening: 32 values a step, a byte shuffle looks up twice each E2M1 value
-// (an int8 in [-12, 12]), widened to fp32 times half the block's scale;
-// every such value is exact in bf16, whose bits are then its top half.
+// Widening: a block of 32 values a step (mxfp4_avx512.h's mxfp4_block).
 //
 // The fused GEMM (mxfp4_tiles.h), FMA on fp32: a 64-byte step of b holds 16
 // dwords of 8 nibbles each; part t of the step is nibble t of every dword,
@@ -26,32 +24,10 @@
 namespace moe_xarch {
 namespace {
 
-// Twice each E2M1 value, by its nibble.
-MOE_X86_INLINE __m128i e2m1_doubled() {
-  return _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-}
-
-// 2^(s - 128): half the E8M0 scale s, subnormal for s < 2.
-MOE_X86_INLINE float half_e8m0(uint8_t s) {
-  const uint32_t bits = s >= 2 ? static_cast<uint32_t>(s - 1) << 23 : 0x00400000u >> (1 - s);
-  float value;
-  __builtin_memcpy(&value, &bits, sizeof(value));
-  return value;
-}
-
-// store(dst + c, 16 fp32 values) for each 16 of cols values.
+// Each block of 32 of cols values (mxfp4_avx512.h's mxfp4_block) into dst.
 template <class T, class Store>
 MOE_X86_INLINE void mxfp4_row(int64_t cols, const uint8_t* src, const uint8_t* scale, T* dst, Store store) {
-  const __m128i table = e2m1_doubled(), low4 = _mm_set1_epi8(0x0f);
-  for (int64_t c = 0; c < cols; c += 32) {
-    const __m512 s = _mm512_set1_ps(half_e8m0(scale[c / 32]));
-    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + c / 2));
-    const __m128i lo = _mm_and_si128(packed, low4), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low4);
-    const __m128i first = _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
-    const __m128i second = _mm_shuffle_epi8(table, _mm_unpackhi_epi8(lo, hi));
-    store(dst + c, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(first)), s));
-    store(dst + c + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(second)), s));
-  }
+  for (int64_t c = 0; c < cols; c += 32) store(dst + c, src + c / 2, scale[c / 32]);
 }
 
 // Words 8 d of two vectors, in lanes d < 8 and again in lanes [8, 16).
@@ -106,14 +82,19 @@ void avx512::gemm_bf16_mxfp4(int64_t m, int64_t n, int64_t k, const uint16_t* a,
 
 void avx512::mxfp4_to_bf16(int64_t cols, const uint8_t* src, const uint8_t* scale, uint16_t* dst) {
   MOE_KERNEL_USE(kMxfp4ToBF16);
-  mxfp4_row(cols, src, scale, dst, [](uint16_t* d, __m512 v) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
+  mxfp4_row(cols, src, scale, dst, [](uint16_t* d, const uint8_t* block, uint8_t s) {
+    _mm512_storeu_si512(d, x86::mxfp4_block_bf16(block, s));
   });
 }
 
 void avx512::mxfp4_to_f32(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst) {
   MOE_KERNEL_USE(kMxfp4ToF32);
-  mxfp4_row(cols, src, scale, dst, [](float* d, __m512 v) { _mm512_storeu_ps(d, v); });
+  mxfp4_row(cols, src, scale, dst, [](float* d, const uint8_t* block, uint8_t s) {
+    __m512 v[2];
+    x86::mxfp4_block(block, s, v);
+    _mm512_storeu_ps(d, v[0]);
+    _mm512_storeu_ps(d + 16, v[1]);
+  });
 }
 
 }  // namespace moe_xarch

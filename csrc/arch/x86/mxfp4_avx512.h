@@ -1,5 +1,7 @@
-// What the fused MXFP4 GEMMs of the avx512 and avx512_bf16 levels share
-// (mxfp4_tiles.h's Op, but for the values' type, decode and madd): a step is
+// The MXFP4 code of the AVX-512 levels: the exact widening of a block of 32
+// values (avx512's rows, amx's tile panels), and what the fused MXFP4 GEMMs of
+// the avx512 and avx512_bf16 levels share (mxfp4_tiles.h's Op, but for the
+// values' type, decode and madd): a step is
 // 128 values of K, one 64-byte load of b, whose 128-bit lanes are its 4
 // blocks of 32; both levels' lookups keep every value in its block's lane,
 // so the scales apply lane by lane: lane l of 16 to block l / 4.
@@ -16,6 +18,45 @@
 
 namespace moe_xarch::x86 {
 namespace {
+
+// Twice each E2M1 value, by its nibble.
+MOE_X86_INLINE __m128i e2m1_doubled() {
+  return _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+}
+
+// 2^(s - 128): half the E8M0 scale s, subnormal for s < 2.
+MOE_X86_INLINE float half_e8m0(uint8_t s) {
+  const uint32_t bits = s >= 2 ? static_cast<uint32_t>(s - 1) << 23 : 0x00400000u >> (1 - s);
+  float value;
+  __builtin_memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+// The 32 values of one block (its 16 bytes at src, scale s) in K's order, as
+// fp32: a byte shuffle looks up twice each E2M1 value (an int8 in [-12, 12]),
+// widened to fp32 times half the block's scale, exactly.
+MOE_X86_INLINE void mxfp4_block(const uint8_t* src, uint8_t s, __m512 (&v)[2]) {
+  const __m128i table = e2m1_doubled(), low4 = _mm_set1_epi8(0x0f);
+  const __m512 scale = _mm512_set1_ps(half_e8m0(s));
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+  const __m128i lo = _mm_and_si128(packed, low4), hi = _mm_and_si128(_mm_srli_epi16(packed, 4), low4);
+  const __m128i first = _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
+  const __m128i second = _mm_shuffle_epi8(table, _mm_unpackhi_epi8(lo, hi));
+  v[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(first)), scale);
+  v[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(second)), scale);
+}
+
+// The 16-bit words 2 w + 1 of two vectors: fp32 values' top halves.
+alignas(64) constexpr uint16_t kTopHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
+                                                 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+
+// mxfp4_block as bf16: every such value is exact in bf16, whose bits are its fp32 top half.
+MOE_X86_INLINE __m512i mxfp4_block_bf16(const uint8_t* src, uint8_t s) {
+  __m512 v[2];
+  mxfp4_block(src, s, v);
+  return _mm512_permutex2var_epi16(_mm512_castps_si512(v[0]), _mm512_load_si512(kTopHalves),
+                                   _mm512_castps_si512(v[1]));
+}
 
 struct Mxfp4StepAvx512 {
   static constexpr int64_t kStep = 128;
