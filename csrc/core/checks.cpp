@@ -16,25 +16,15 @@ namespace {
 
 #define MOE_CHECK(cond, ...) MOE_XARCH_CHECK(cond, "fused_experts_cpu: ", __VA_ARGS__)
 
-// The largest value of a contiguous uint8 tensor with at least one element:
-// every expert's scales or zero points, read on every call, so in chunks on
-// torch's threads, each a loop the compiler vectorizes (std::max_element's
-// search for a position is not).
+// The largest value of a uint8 tensor with at least one element: every
+// expert's scales or zero points, read on every call, so by torch's own
+// reduction (vectorized for the CPU it runs on, on its threads), which a loop
+// here, compiled for the architecture's baseline, is not.
 int64_t largest_byte(const Tensor& t) {
-  constexpr int64_t kChunk = int64_t{1} << 18;
-  const auto* bytes = static_cast<const uint8_t*>(t.const_data_ptr());
-  const int64_t n = t.numel();
-  std::vector<uint8_t> largest(ceil_div(n, kChunk), 0);
-  parallel_for(0, static_cast<int64_t>(largest.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t c = begin; c < end; ++c) {
-      const uint8_t* chunk = bytes + c * kChunk;
-      const int64_t size = std::min(kChunk, n - c * kChunk);
-      uint8_t m = 0;
-      for (int64_t i = 0; i < size; ++i) m = chunk[i] > m ? chunk[i] : m;
-      largest[c] = m;
-    }
-  });
-  return *std::max_element(largest.begin(), largest.end());
+  std::vector<int64_t> dims(t.dim());
+  for (int64_t d = 0; d < t.dim(); ++d) dims[d] = d;
+  const Tensor largest = torch::stable::amax(t, dims);
+  return *static_cast<const uint8_t*>(largest.const_data_ptr());
 }
 
 // A checked contiguous tensor in dtype (a contiguous copy keeps its layout), the
