@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from build_support import torch_pin  # noqa: E402
-from harness import records  # noqa: E402
+from harness import cross, records  # noqa: E402
 from harness.ladders import declared_ladders  # noqa: E402
 from harness.targets import ARCHES, load_targets  # noqa: E402
 
@@ -141,10 +141,12 @@ Requires-Python: >=3.10
 def shared_library(arch: str, *torch_symbols: str) -> bytes:
     """A shared object of arch's code that calls the given torch symbols (what
     torch-abi-audit reads): the stable ABI's parallel_for by default. Built with
-    the host's compiler for arch (the cross compiler the drift proofs use), the
-    same bytes for the same arguments."""
+    the host's compiler for arch (the cross compiler the cross builder uses,
+    installed if missing), the same bytes for the same arguments."""
     symbols = torch_symbols or ("torch_parallel_for",)
     triplet = ARCHES[arch].cross_triplet if arch != platform.machine() else ""
+    if triplet:
+        cross.ensure_compiler(TARGETS[arch])  # a fresh host has none: apt-get install as root, else says how
     with tempfile.TemporaryDirectory() as scratch:
         source = Path(scratch, "library.c")
         source.write_text("".join(f"extern void {s}(void);\n" for s in symbols)
