@@ -148,8 +148,9 @@ def scratch(tmp_path_factory, scratch_tree) -> Scratch:
 
 
 def assert_names_the_run(text: str, row: Row, run: runners.SuiteRun) -> None:
-    """The arch, the CPU model and the level, as the summary names a run."""
-    assert f"aarch64 (cross) CPU {run.cpu}, ISA {LEVEL}: FAILED: {len(row.failing)} failed" in text, text
+    """The arch, the CPU model, the level and the environment, as the summary names a run."""
+    named = f"aarch64 (cross) CPU {run.cpu}, ISA {LEVEL}, {row.record.environment}"
+    assert f"{named}: FAILED: {len(row.failing)} failed" in text, text
 
 
 def test_an_i8mm_level_handing_out_dotprods_int8_gemm_fails_the_kernel_use_test_under_its_cpu_model(scratch):
