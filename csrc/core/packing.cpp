@@ -139,7 +139,7 @@ PackedHeader check_packed(const Tensor& packed, const char* name, PackArch arch,
                   " with is_vnni=True must come from convert_weight_packed (a uint8 [E, nbytes] "
                   "tensor), got ", packed.scalar_type(), " of shape ", Shape{packed.sizes()});
   MOE_XARCH_CHECK(packed.is_contiguous(), "fused_experts_cpu: ", name, " must be contiguous");
-  const auto* base = packed.mutable_data_ptr<uint8_t>();
+  const auto* base = packed.const_data_ptr<uint8_t>();
   PackedHeader header;
   std::memcpy(&header, base, sizeof(header));
   MOE_XARCH_CHECK(std::memcmp(header.magic, kMagic, sizeof(kMagic)) == 0, "fused_experts_cpu: ", name,
@@ -190,7 +190,7 @@ void check_packed_expert(const Tensor& packed, const char* name, int64_t expert)
 }
 
 PackedView packed_expert(const Tensor& packed, int64_t expert) {
-  const uint8_t* block = packed.mutable_data_ptr<uint8_t>() + expert * packed.size(1);
+  const uint8_t* block = packed.const_data_ptr<uint8_t>() + expert * packed.size(1);
   PackedHeader header;
   std::memcpy(&header, block, sizeof(header));
   return PackedView{block + kPackedHeaderBytes,
