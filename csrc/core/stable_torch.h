@@ -76,10 +76,13 @@ std::string message(const Args&... args) {
 }  // namespace moe_xarch
 
 // A violated precondition: a RuntimeError in Python whose message is exactly
-// the arguments, which name the argument at fault.
-#define MOE_XARCH_CHECK(cond, ...) \
-  if (!(cond)) [[unlikely]]        \
-  throw std::runtime_error(::moe_xarch::message(__VA_ARGS__))
+// the arguments, which name the argument at fault. One statement (do/while), so
+// that an `else` after it cannot attach to its `if`.
+#define MOE_XARCH_CHECK(cond, ...)                                                   \
+  do {                                                                               \
+    if (!(cond)) [[unlikely]]                                                        \
+      throw std::runtime_error(::moe_xarch::message(__VA_ARGS__));                   \
+  } while (false)
 
 namespace moe_xarch {
 
