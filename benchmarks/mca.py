@@ -38,7 +38,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from benchmarks import determinism
-from harness import cross, paths, targets
+from harness.building import cross
+from harness.common import paths
+from harness.plan import targets
 
 LLVM_MCA = "llvm-mca-19"  # 19 models Neoverse N1, V1 and V2 and Sapphire Rapids; 14 models them all as a Cortex-A57
 LLVM_PACKAGE = "llvm-19"
@@ -563,7 +565,7 @@ def ensure_llvm_mca() -> str:
         return LLVM_MCA
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         raise SystemExit(f"{LLVM_MCA} is not installed; run as root: apt-get install -y {LLVM_PACKAGE}")
-    from harness import host
+    from harness.setup import host
 
     print(f"mca: apt-get install -y {LLVM_PACKAGE}", flush=True)
     host.apt_install([LLVM_PACKAGE])

@@ -1,6 +1,6 @@
 """What a test record says of the environment a run used: written by
 run-kernel-suite.sh once the wheel is installed, in the run's own environment (a
-test container, or the venv of harness/prove.py). Only the standard library,
+test container, or the venv of harness/proving/prove.py). Only the standard library,
 torch and the package under test: the harness is not there.
 
     python environment.py PACKAGE OUT.json

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Runs in a test container, or natively in the venv of harness/prove.py: installs
+# Runs in a test container, or natively in the venv of harness/proving/prove.py: installs
 # the built wheel (never the source tree) and runs the kernel suite.
 # Usage: run-kernel-suite.sh WHEEL REPORT_DIR [PYTEST_ARGS...]
 # REPORT_DIR gets environment.json (environment.py), junit.xml, pytest.log (the
@@ -22,7 +22,7 @@ python "$(dirname "$0")/environment.py" moe_xarch "$report_dir/environment.json"
 export MOE_XARCH_REPORT_DIR=$report_dir
 # A crashed process under QEMU would otherwise write a core of the emulated guest.
 ulimit -c 0
-# xunit1: each test's file in the report (harness/verdict.py). A crashed xdist worker
+# xunit1: each test's file in the report (harness/plan/verdict.py). A crashed xdist worker
 # ends the run at once (by default xdist restarts up to 4 per worker, each importing
 # torch again, minutes under QEMU, to crash on the next test); faulthandler names
 # the signal in the output.

@@ -1,22 +1,16 @@
-"""The cross-architecture build and test harness behind noxfile.py.
+"""The cross-architecture build and test harness behind noxfile.py, one sub-package per stage.
 
-paths     every path the harness reads or writes
-project   the project's name (from pyproject.toml) and the names made from it
-targets   the target table of pyproject.toml, validated and frozen; each arch's other names
-ladders   every level of each ladder selected by a run of the table, or proven elsewhere
-host      Docker daemon, QEMU binfmt registration, apt packages
-wheels    wheels for a target's images, downloaded on the host
-images    base/test/build images, tagged by a hash of their inputs
-tools     the host-side build tools (cibuildwheel, the build backend) and their pins
-builders  the builders a target's row names, behind one interface (cross: cross.py)
-build     the build every builder shares: staging, reuse, the auditwheel check, wheelhouse/
-suite     the kernel suite per CPU model / ISA level in clean containers
-verdict   the same tests on every run, proven from the JUnit reports
-summary   the closing table (Markdown and JSON) from JUnit reports
-records   the test records: written by a run, sealed by a digest, added from other machines
-prove     a record from any Linux machine: the suite at every level its CPU has, no Docker
-gate      every level a wheel ships proven by a passing run of its bytes
-index     the index client: where to publish and what the index holds
-publish   from tested wheels to an index, all or nothing
-flows     the sessions' flows; native: the suite on the host per ISA level
+A stage imports only the stages above it; common/ imports none.
+
+common      what every stage uses: paths, the project's name, errors, console output
+plan        the target table and the plan made from it: each target's runs, the tests each run runs
+setup       the host (Docker, QEMU, apt), the wheels for the images, the images, the host's tools
+building    each target's wheel, by the builders its row names, into wheelhouse/
+running     the kernel suite against a built wheel: in clean containers, natively, under coverage
+proving     what the runs proved, kept: the summary, the test records, every shipped level proven
+publishing  from proven wheels to an index, all or nothing
+
+flows       the sessions' flows (build, test, matrix): setup to proving, stage by stage
+gha         the GitHub Actions matrix, generated from the target table
+requirements-host.txt  the pins of the host's own tools (setup/tools.py)
 """

@@ -11,14 +11,19 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from harness import build, builders, console, containers, gate, host, images, ladders, suite, summary, verdict
-from harness.runners import STAGES, runner_for
-from harness.errors import HarnessError
-from harness.paths import DOCKER, IMAGE_CONTEXTS, PYPROJECT, REPO, REPORTS, WHEEL_CACHE, WHEELHOUSE
-from harness.records import record_tested
-from harness.summary import write_summary
-from harness.targets import SDIST_BUILDER, Target, load_targets, select
-from harness.tools import Tools
+from harness.building import build, builders
+from harness.common import console
+from harness.common.errors import HarnessError
+from harness.common.paths import DOCKER, IMAGE_CONTEXTS, PYPROJECT, REPO, REPORTS, WHEEL_CACHE, WHEELHOUSE
+from harness.plan import ladders, verdict
+from harness.plan.runners import STAGES, runner_for
+from harness.plan.targets import SDIST_BUILDER, Target, load_targets, select
+from harness.proving import gate, summary
+from harness.proving.records import record_tested
+from harness.proving.summary import write_summary
+from harness.running import suite
+from harness.setup import containers, host, images
+from harness.setup.tools import Tools
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness import builders
-from harness.paths import PYPROJECT
-from harness.runners import runner_for
-from harness.targets import Target, load_targets
+from harness.building import builders
+from harness.common.paths import PYPROJECT
+from harness.plan.runners import runner_for
+from harness.plan.targets import Target, load_targets
 
 # GitHub's hosted runner images per architecture.
 RUNNERS = {"x86_64": "ubuntu-24.04", "aarch64": "ubuntu-24.04-arm"}

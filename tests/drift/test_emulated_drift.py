@@ -1,9 +1,9 @@
 """aarch64 drift that only a CPU model shows, proved under QEMU on any host.
 
 A scratch copy of the tree is cross-compiled into an aarch64 wheel (the cross
-builder's toolchain, harness/cross.py) and a selection of tests/kernels runs on it
+builder's toolchain, harness/building/cross.py) and a selection of tests/kernels runs on it
 in the aarch64 test image under the i8mm level's CPU model, as the harness runs a
-suite (harness/suite.py): it passes. Then gemm_i8mm.cpp is drifted, the wheel
+suite (harness/running/suite.py): it passes. Then gemm_i8mm.cpp is drifted, the wheel
 rebuilt (that file and the link), and the drift's part of the selection must fail,
 judged as the summary judges a run: each failing test named, with the arch, the
 CPU model and the level.
@@ -30,10 +30,14 @@ from pathlib import Path
 
 import pytest
 
-from harness import console, cross, images, runners, suite, versioning
-from harness.paths import IMAGE_CONTEXTS
-from harness.summary import Row, failure_lines, judge
-from harness.targets import load_targets
+from harness.building import cross, versioning
+from harness.common import console
+from harness.common.paths import IMAGE_CONTEXTS
+from harness.plan import runners
+from harness.plan.targets import load_targets
+from harness.proving.summary import Row, failure_lines, judge
+from harness.running import suite
+from harness.setup import images
 from tests.drift.support import drift_source
 
 # Minutes: a cross build and emulated runs in the aarch64 test image, which the matrix makes.

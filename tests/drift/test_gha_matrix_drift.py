@@ -9,7 +9,7 @@ the target and the jobs it lost.
 
 from __future__ import annotations
 
-from harness.targets import load_targets
+from harness.plan.targets import load_targets
 from tests.drift.support import drift_source
 from tests.harness.test_gha import WORKFLOW, keys_read, matrix_problems, printed_matrix
 

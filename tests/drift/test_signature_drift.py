@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import cross
-from harness.targets import load_targets
+from harness.building import cross
+from harness.plan.targets import load_targets
 
 REPO = Path(__file__).resolve().parents[2]
 ARM_OPS = "csrc/arch/arm/ops.cpp"

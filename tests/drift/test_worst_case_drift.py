@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from harness.suite import RunRecord
-from harness.summary import failure_lines, judge_all
+from harness.proving.summary import failure_lines, judge_all
+from harness.running.suite import RunRecord
 from tests.drift.support import FAILED, this_hosts
 
 pytestmark = pytest.mark.native_build  # nox -s drift-native: the tree built natively

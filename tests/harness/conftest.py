@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.targets import parse_targets
+from harness.plan.targets import parse_targets
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import build, builders, console, images, tools
-from harness.errors import HarnessError
-from harness.targets import SdistBuild
+from harness.building import build, builders
+from harness.common import console
+from harness.common.errors import HarnessError
+from harness.plan.targets import SdistBuild
+from harness.setup import images, tools
 from tests.harness.wheelfiles import make_wheel, project_wheel
 
 
@@ -232,7 +234,7 @@ def test_repair_excludes_come_from_the_cibuildwheel_table(repo_root):
 
 
 def test_only_files_that_reach_the_wheel_are_build_inputs():
-    files = ["CMakeLists.txt", "csrc/ops.cpp", "harness/build.py", "tests/kernels/t.py",
+    files = ["CMakeLists.txt", "csrc/ops.cpp", "harness/building/build.py", "tests/kernels/t.py",
              "noxfile.py", "docs/new.md", "package/moe_xarch/__init__.py"]
     assert build.build_inputs(files) == [
         "CMakeLists.txt", "csrc/ops.cpp", "docs/new.md", "package/moe_xarch/__init__.py"

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import builders, cross, tools
-from harness.targets import SdistBuild, TableError, load_targets
+from harness.building import builders, cross
+from harness.plan.targets import SdistBuild, TableError, load_targets
+from harness.setup import tools
 
 
 def job(target, builder="cross", tmp_path=Path("/nonexistent")):

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from harness import containers
+from harness.setup import containers
 
 
 def test_owner_is_alive_only_for_a_running_pid_of_this_boot():

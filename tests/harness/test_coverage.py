@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import coverage, cross, runners
-from harness.targets import load_targets
+from harness.building import cross
+from harness.plan import runners
+from harness.plan.targets import load_targets
+from harness.running import coverage
 
 
 def test_counts_land_under_the_prefix_at_the_objects_path_inside_the_build_dir(tmp_path):
@@ -268,7 +270,7 @@ def test_the_runs_select_the_tests_the_test_sessions_plan_gives_them(repo_root):
 
 def test_the_emulated_runs_set_the_host_up_first_as_the_test_sessions_do(monkeypatch, tmp_path):
     """On a fresh machine Docker, QEMU's registration and debootstrap come before the build."""
-    from harness import containers, host
+    from harness.setup import containers, host
 
     (target,) = [t for t in load_targets().values() if t.runner == "qemu"]
     calls = []

@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness import cross
+from harness.building import cross
 from tests.harness.wheelfiles import elf_header, make_wheel
 
 

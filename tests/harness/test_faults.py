@@ -22,11 +22,15 @@ from pathlib import Path
 import pytest
 from packaging.utils import parse_wheel_filename
 
-from harness import build, builders, console, cross, host, images, publish, records, tools, wheels
-from harness.errors import HarnessError
-from harness.images import image_in_use
-from harness.targets import Target, load_targets
-from harness.wheels import download_closure, read_wheel
+from harness.building import build, builders, cross
+from harness.common import console
+from harness.common.errors import HarnessError
+from harness.plan.targets import Target, load_targets
+from harness.proving import records
+from harness.publishing import publish
+from harness.setup import host, images, tools, wheels
+from harness.setup.images import image_in_use
+from harness.setup.wheels import download_closure, read_wheel
 from tests.harness.wheelfiles import elf_header, make_wheel, project_wheel, truncate
 from tests.publish.support import make_sdist, publish_env, write_manifest
 from tests.publish.support import make_wheel as release_wheel
@@ -321,7 +325,7 @@ def release(tmp_path: Path) -> tuple[Path, Path]:
 def dry_run(wheelhouse: Path, reports: Path) -> subprocess.CompletedProcess[str]:
     """`nox -s publish -- --dry-run`, as the session runs it (no destination set)."""
     return subprocess.run(
-        [sys.executable, "-m", "harness.publish", "--dry-run", "--wheelhouse", str(wheelhouse),
+        [sys.executable, "-m", "harness.publishing.publish", "--dry-run", "--wheelhouse", str(wheelhouse),
          "--reports", str(reports)],
         cwd=REPO, env=publish_env(), capture_output=True, text=True, timeout=120,
     )

@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import console, flows, native
-from harness.errors import HarnessError
-from harness.targets import SdistBuild
+from harness import flows
+from harness.common import console
+from harness.common.errors import HarnessError
+from harness.plan.targets import SdistBuild
+from harness.running import native
 
 
 def test_posargs_split_between_harness_and_pytest():

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import gate, publish, records
-from harness.errors import HarnessError, PublishError
-from harness.targets import load_targets
+from harness.common.errors import HarnessError, PublishError
+from harness.plan.targets import load_targets
+from harness.proving import gate, records
+from harness.publishing import publish
 from tests.harness.conftest import REPO
 from tests.publish.support import make_sdist, make_wheel, passing_runs, publish_env, sealed_record
 
@@ -46,7 +47,7 @@ def wheel(tmp_path: Path) -> Path:
 def test_an_avx2_only_hosts_record_leaves_avx512_avx512_bf16_and_amx_unproven(wheel):
     mine = [x86_record(wheel, "AMD EPYC 7763", AVX2_HOST)]
     (problem,) = gate.problems(X86, mine, {})
-    assert problem.startswith("ships levels no record proves: avx512, avx512_bf16, amx (python -m harness.prove")
+    assert problem.startswith("ships levels no record proves: avx512, avx512_bf16, amx (python -m harness.proving.prove")
     assert [(level.level, level.proof) for level in gate.levels(X86, mine, {})] == [
         ("generic", "AMD EPYC 7763 (native, prove) host"), ("avx2", "AMD EPYC 7763 (native, prove) host"),
         ("avx512", "UNPROVEN"), ("avx512_bf16", "UNPROVEN"), ("amx", "UNPROVEN")]
@@ -179,7 +180,7 @@ def release(tmp_path: Path) -> tuple[Path, Path, dict[str, Path]]:
 def dry_run(wheelhouse: Path, reports: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`nox -s publish -- --dry-run ...`, as the session runs it (no destination set)."""
     return subprocess.run(
-        [sys.executable, "-m", "harness.publish", "--dry-run", "--wheelhouse", str(wheelhouse),
+        [sys.executable, "-m", "harness.publishing.publish", "--dry-run", "--wheelhouse", str(wheelhouse),
          "--reports", str(reports), *args],
         cwd=REPO, env=publish_env(), capture_output=True, text=True, timeout=120)
 

@@ -17,8 +17,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from harness import builders
-from harness.targets import Target, load_targets
+from harness.building import builders
+from harness.plan.targets import Target, load_targets
 from tests.harness.conftest import REPO
 
 WORKFLOW = Path(".github") / "workflows" / "ci.yml"

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness import host
-from harness.host import HostState, blockers, plan, registration_line, registration_ok
+from harness.setup import host
+from harness.setup.host import HostState, blockers, plan, registration_line, registration_ok
 
 GOOD_ENTRY = "enabled\ninterpreter /usr/bin/qemu-aarch64-static\nflags: POCF\noffset 0\n"
 DEBIAN_ENTRY = "enabled\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: POC\n"
@@ -110,7 +110,7 @@ def test_ca_bundle_prefers_ssl_cert_file(tmp_path, monkeypatch):
 
 
 def test_the_needs_of_targets_are_debootstrap_for_a_root_of_its_own_and_qemu_for_emulated_ones():
-    from harness.targets import load_targets
+    from harness.plan.targets import load_targets
 
     targets = load_targets()
     emulated = [t for t in targets.values() if t.runner == "qemu"]

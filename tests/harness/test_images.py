@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-from harness import host, images
-from harness.images import debian_mirror, docker_build_command, image_specs
-from harness.paths import DOCKER
+from harness.common.paths import DOCKER
+from harness.setup import host, images
+from harness.setup.images import debian_mirror, docker_build_command, image_specs
 
 
 @pytest.fixture

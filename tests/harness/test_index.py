@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness import index
-from harness.errors import PublishError
+from harness.common.errors import PublishError
+from harness.publishing import index
 
 FILE = b"the wheel's bytes"
 PAGES = {

@@ -6,8 +6,9 @@ import tomllib
 
 import pytest
 
-from harness import flows, ladders
-from harness.targets import TableError, parse_targets
+from harness import flows
+from harness.plan import ladders
+from harness.plan.targets import TableError, parse_targets
 from tests.harness.conftest import REPO
 
 LADDERS = ladders.declared_ladders()

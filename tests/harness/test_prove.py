@@ -9,11 +9,12 @@ import sys
 
 import pytest
 
-from harness import host, prove
-from harness.errors import HarnessError
-from harness.paths import DOCKER
-from harness.runners import planned_runs
-from harness.targets import load_targets
+from harness.common.errors import HarnessError
+from harness.common.paths import DOCKER
+from harness.plan.runners import planned_runs
+from harness.plan.targets import load_targets
+from harness.proving import prove
+from harness.setup import host
 from tests.harness.conftest import REPO
 
 spec = importlib.util.spec_from_file_location("environment", DOCKER / "environment.py")
@@ -51,7 +52,7 @@ def test_an_emulated_target_runs_natively_one_run_per_level():
 def test_a_wrong_wheel_is_refused_without_a_traceback(tmp_path):
     wheel = tmp_path / "moe_xarch-0.1-py3-none-manylinux_2_28_riscv64.whl"
     wheel.write_bytes(b"")
-    result = subprocess.run([sys.executable, "-m", "harness.prove", "--wheel", str(wheel), "--out", str(tmp_path / "o")],
+    result = subprocess.run([sys.executable, "-m", "harness.proving.prove", "--wheel", str(wheel), "--out", str(tmp_path / "o")],
                             cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr == f"prove: --wheel {wheel.name}: not a moe_xarch wheel for this machine's {host.arch()}\n"

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from harness import records
-from harness.suite import RunRecord
+from harness.proving import records
+from harness.running.suite import RunRecord
 from tests.harness.conftest import REPO
 
 JUNIT = ('<testsuite tests="2" failures="{failures}" errors="0" skipped="0">'
@@ -170,7 +170,7 @@ def test_the_records_command_adds_and_refuses_without_a_traceback(made):
     elsewhere, wheelhouse, reports = made
 
     def records_add() -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "harness.records", "--wheelhouse", str(wheelhouse),
+        return subprocess.run([sys.executable, "-m", "harness.proving.records", "--wheelhouse", str(wheelhouse),
                                "--reports", str(reports), "add", str(elsewhere)],
                               cwd=REPO, capture_output=True, text=True, timeout=120)
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import os
 
-from harness import runners
-from harness.targets import RUNNERS
+from harness.plan import runners
+from harness.plan.targets import RUNNERS
 
 
 def test_every_runner_of_the_table_has_a_back_end():

@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import console, runners, suite
+from harness.common import console
+from harness.plan import runners
+from harness.running import suite
 
 ANY_CPUS = str(os.cpu_count() or 1)
 

@@ -12,10 +12,10 @@ import sys
 
 import pytest
 
-from harness import console
-from harness.paths import DOCKER
-from harness.suite import RunRecord
-from harness.summary import judge, write_summary
+from harness.common import console
+from harness.common.paths import DOCKER
+from harness.proving.summary import judge, write_summary
+from harness.running.suite import RunRecord
 
 SCRATCH_TESTS = '''
 import os

@@ -4,9 +4,10 @@ import json
 
 import pytest
 
-from harness import console, summary
-from harness.suite import RunRecord
-from harness.summary import judge, junit_counts, write_summary
+from harness.common import console
+from harness.proving import summary
+from harness.proving.summary import judge, junit_counts, write_summary
+from harness.running.suite import RunRecord
 
 JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites name="pytest tests"><testsuite name="pytest" errors="{errors}" failures="{failures}"
@@ -232,7 +233,7 @@ def test_each_run_shows_its_parts_and_a_once_only_test_missing_on_the_first_run_
 
 
 def test_an_allowed_difference_is_shown_with_its_reason(tmp_path):
-    from harness.verdict import Allowed
+    from harness.plan.verdict import Allowed
 
     records = [outcome_run(tmp_path, "f1", PASS_A), outcome_run(tmp_path, "f2", SKIP_A, cpu="max")]
     allowed = [Allowed("tests/t.py::test_a", "aarch64", "skipped", "needs SME", ("max",))]

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from harness.targets import CpuModel, TableError, load_targets, parse_targets, select
+from harness.plan.targets import CpuModel, TableError, load_targets, parse_targets, select
 
 
 def test_the_repository_table_loads(repo_root):

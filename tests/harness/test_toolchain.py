@@ -3,9 +3,9 @@ from __future__ import annotations
 import shlex
 
 import pytest
-from harness import builders, toolchain
-from harness.errors import HarnessError
-from harness.targets import load_targets
+from harness.building import builders, toolchain
+from harness.common.errors import HarnessError
+from harness.plan.targets import load_targets
 
 
 def test_on_an_x86_64_host_the_build_compiles_with_the_carried_compiler(arm):

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness import tools
-from harness.errors import HarnessError
+from harness.common.errors import HarnessError
+from harness.setup import tools
 
 
 def test_host_tools_pin_the_cross_backend_as_the_build_image_does(tmp_path):

@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from harness.targets import TableError, parse_targets
-from harness.verdict import (
+from harness.plan.targets import TableError, parse_targets
+from harness.plan.verdict import (
     ABSENT,
     EVERY_RUN,
     PER_ARCH,
@@ -149,8 +149,8 @@ def test_allowed_differences_reject_what_they_cannot_mean(make_table, row, messa
 
 
 def test_the_projects_table_parses(repo_root):
-    from harness.targets import load_targets
-    from harness.verdict import load_allowed
+    from harness.plan.targets import load_targets
+    from harness.plan.verdict import load_allowed
 
     load_allowed(repo_root / "pyproject.toml", load_targets(repo_root / "pyproject.toml"))
 
@@ -272,7 +272,7 @@ def test_read_junit_takes_the_scope_from_the_markers_property(tmp_path):
 
 
 def test_the_tolerances_of_every_run_are_compared_with_the_first_run_that_compared_each():
-    from harness.verdict import compare_tolerances
+    from harness.plan.verdict import compare_tolerances
 
     bf16, loose = {"rtol": 0.02, "atol": 0.02}, {"rtol": 0.4, "atol": 0.4}
     assert compare_tolerances([("x86", {"UNQUANT/bfloat16": bf16}), ("arm", {"UNQUANT/bfloat16": bf16}),

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from harness import versioning
-from harness.errors import HarnessError
+from harness.building import versioning
+from harness.common.errors import HarnessError
 
 
 def git(repo, *args):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from harness.wheels import (
+from harness.setup.wheels import (
     download_closure,
     pip_download_command,
     pip_install_target_command,

@@ -6,7 +6,7 @@ import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from harness.targets import ARCHES
+from harness.plan.targets import ARCHES
 
 
 def make_wheel(

@@ -104,7 +104,7 @@ def pytest_report_header() -> str:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Each test's marker names, as the JUnit property "markers": the harness's verdict
-    reads from them which runs must run the test (harness/verdict.py, SCOPE_MARKERS)."""
+    reads from them which runs must run the test (harness/plan/verdict.py, SCOPE_MARKERS)."""
     for item in items:
         item.user_properties.append(("markers", " ".join(sorted({mark.name for mark in item.iter_markers()}))))
 

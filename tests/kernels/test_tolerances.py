@@ -5,7 +5,7 @@ These tests run on every run, unmarked, because the comparison could be loosened
 under one architecture, CPU model or level alone (a branch on platform.machine()
 or moe_xarch.isa()): on each run, an error just over the contract's tolerance must
 fail the comparison and one just under must pass, and the comparison records the
-tolerance it applied, which the matrix's verdict (harness/verdict.py) proves the
+tolerance it applied, which the matrix's verdict (harness/plan/verdict.py) proves the
 same on every run.
 """
 

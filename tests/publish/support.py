@@ -1,5 +1,5 @@
 """A real pypiserver on loopback with htpasswd authentication, small real wheels,
-and a way to run `python -m harness.publish` as the publish session does.
+and a way to run `python -m harness.publishing.publish` as the publish session does.
 
 Nothing here fakes the index: uploads go over HTTP to pypiserver, which stores
 them on disk, and the tests look at what it serves and stores.
@@ -34,9 +34,10 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from build_support import torch_pin  # noqa: E402
-from harness import cross, records  # noqa: E402
-from harness.ladders import declared_ladders  # noqa: E402
-from harness.targets import ARCHES, load_targets  # noqa: E402
+from harness.building import cross  # noqa: E402
+from harness.plan.ladders import declared_ladders  # noqa: E402
+from harness.plan.targets import ARCHES, load_targets  # noqa: E402
+from harness.proving import records  # noqa: E402
 
 TARGETS = load_targets(REPO / "pyproject.toml")
 LADDERS = declared_ladders()
@@ -272,9 +273,9 @@ def publish_env(**overrides: str) -> dict[str, str]:
 
 
 def run_publish(release: Release, env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    """`python -m harness.publish`, as the publish session runs it."""
+    """`python -m harness.publishing.publish`, as the publish session runs it."""
     return subprocess.run(
-        [sys.executable, "-m", "harness.publish", "--wheelhouse", str(release.wheelhouse),
+        [sys.executable, "-m", "harness.publishing.publish", "--wheelhouse", str(release.wheelhouse),
          "--reports", str(release.reports), *args],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
     )

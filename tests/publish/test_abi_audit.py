@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness import publish
+from harness.publishing import publish
 from tests.publish.support import make_wheel, shared_library
 
 

@@ -18,9 +18,13 @@ from pathlib import Path
 import pytest
 from packaging.utils import parse_wheel_filename
 
-from harness import build, console, containers, gate, host, images, publish, records, versioning
-from harness.paths import IMAGE_CONTEXTS
-from harness.targets import Target
+from harness.building import build, versioning
+from harness.common import console
+from harness.common.paths import IMAGE_CONTEXTS
+from harness.plan.targets import Target
+from harness.proving import gate, records
+from harness.publishing import publish
+from harness.setup import containers, host, images
 from tests.publish.support import REPO, TARGETS, Index, Release, run_publish, start_index, uploader_env
 
 SMOKE = """

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from packaging.utils import parse_wheel_filename
 
-from harness import gate, records, versioning
+from harness.building import versioning
+from harness.proving import gate, records
 from tests.publish.support import (
     PASSWORD,
     CuttingProxy,
@@ -160,7 +161,7 @@ def test_untested_or_failed_wheels_are_refused(index: Index, release: Release) -
     for record in records.records_dir(release.reports).glob("x86_64-*.json"):
         record.unlink()
     result = run_publish(release, uploader_env(index))
-    assert "no test record for this exact file (nox -s test-x86_64 tests it, or python -m harness.prove" in result.stderr
+    assert "no test record for this exact file (nox -s test-x86_64 tests it, or python -m harness.proving.prove" in result.stderr
     assert index.stored() == {}
 
 

@@ -7,14 +7,14 @@ import sys
 import tarfile
 from pathlib import Path
 
-from harness import publish
+from harness.publishing import publish
 from tests.publish.support import REPO
 from tests.publish.test_install_from_index import SMOKE
 
 
 def test_sdist_contents_and_a_native_wheel_built_from_it(tmp_path: Path) -> None:
     # as CI's sdist job makes it (publish checks its contents)
-    subprocess.run([sys.executable, "-m", "harness.publish", "--sdist-only", "--wheelhouse", str(tmp_path / "dist")],
+    subprocess.run([sys.executable, "-m", "harness.publishing.publish", "--sdist-only", "--wheelhouse", str(tmp_path / "dist")],
                    cwd=REPO, check=True)
     (sdist,) = (tmp_path / "dist").glob("*.tar.gz")
     assert publish.sdist_problems(sdist) == []
