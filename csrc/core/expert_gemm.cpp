@@ -33,6 +33,7 @@ WeightTile ExpertGemm::tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, i
                             int64_t slot) const {
   int64_t ld = 0;
   const int32_t* row_sums = nullptr;
+  if (!values_valid(expert, r0, r1)) return WeightTile{nullptr, 0, /*k=*/0, r1 - r0, nullptr, nullptr};
   const uint8_t* base = w_.expert_rows(expert, &ld, &row_sums);
   const int64_t elem = element_size(w_.dtype);
   WeightTile t{base + r0 * ld * elem, ld, w_.packed ? a_ld : w_.cols, r1 - r0,
@@ -159,6 +160,32 @@ void ExpertGemm::run_fp8_blocks(const uint16_t* a, int64_t lda, int64_t m, const
       }
     }
   }
+}
+
+bool ExpertGemm::values_valid(int64_t expert, int64_t r0, int64_t r1) const {
+  const bool mxfp4 = w_.dtype == kFloat4_e2m1fn_x2;
+  const uint8_t* values = mxfp4 ? w_.mx_scale : w_.dtype == kQUInt4x2 ? w_.group_zero : nullptr;
+  if (values == nullptr) return true;
+  const int64_t largest_valid = mxfp4 ? 254 : 15;
+  uint8_t largest = 0;
+  for (int64_t i = (expert * w_.rows + r0) * w_.scale_cols, end = (expert * w_.rows + r1) * w_.scale_cols; i < end;
+       ++i) {
+    largest = std::max(largest, values[i]);
+  }
+  if (largest <= largest_valid) return true;
+  for (int64_t seen = bad_expert_.load(std::memory_order_relaxed);
+       expert < seen && !bad_expert_.compare_exchange_weak(seen, expert, std::memory_order_relaxed);) {
+  }
+  return false;
+}
+
+void ExpertGemm::check_values() const {
+  const int64_t expert = bad_expert_.load(std::memory_order_relaxed);
+  if (expert == kNoBadExpert) return;
+  MOE_XARCH_CHECK(w_.dtype != kFloat4_e2m1fn_x2, "fused_experts_cpu: ", w_.name,
+                  "_scale holds the E8M0 byte 255 (NaN in the OCP spec), which is not a scale (expert ", expert, ")");
+  MOE_XARCH_CHECK(false, "fused_experts_cpu: ", w_.name,
+                  "_zero must hold zero points in [0, 15], got a larger one (expert ", expert, ")");
 }
 
 Scratch ExpertGemm::scratch() const {

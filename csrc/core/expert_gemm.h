@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -58,6 +59,9 @@ class ExpertGemm {
   // Rows [r0, r1) of expert e, for its m activation rows. fp16, fp8 and MXFP4
   // weights are widened into scratch rows [slot, slot + r1 - r0) once, for
   // every token chunk that uses them; a_ld is the activations' padded width.
+  // Their MXFP4 scales or INT4 zero points are checked first: a tile with a
+  // value no weight can have reads nothing (k = 0), and check_values() then
+  // names it.
   WeightTile tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, int64_t a_ld, Scratch& scratch,
                   int64_t slot) const;
 
@@ -70,12 +74,20 @@ class ExpertGemm {
   // One thread's scratch: the output tiles (tile() adds weight tiles if it widens).
   Scratch scratch() const;
 
+  // After a phase: the error for the first expert whose tiles held a bad
+  // scale or zero point. Only the routed experts' are read, so only theirs are
+  // checked: over every expert, as many bytes as decode reads of weights.
+  void check_values() const;
+
  private:
   // fp16, fp8 and MXFP4 weights are widened tile by tile into scratch before the GEMM.
   bool dequantizes() const;
 
   // A tile of fp8 widened to bf16: a GEMM per block of K, its sums times their scales in fp32.
   void run_fp8_blocks(const uint16_t* a, int64_t lda, int64_t m, const WeightTile& w, float* c) const;
+
+  // Whether rows [r0, r1) of the expert's MXFP4 scales or INT4 zero points are values a weight can have.
+  bool values_valid(int64_t expert, int64_t r0, int64_t r1) const;
 
   template <typename T, typename Fp8Row, typename Mxfp4Row, typename Convert>
   void widen_rows(const uint8_t* base, int64_t ld, int64_t expert, int64_t r0, int64_t r1, int64_t ld_out,
@@ -84,6 +96,8 @@ class ExpertGemm {
   const KernelSet& kernels_;
   const MoeProblem& p_;
   const WeightOperand& w_;
+  mutable std::atomic<int64_t> bad_expert_{kNoBadExpert};
+  static constexpr int64_t kNoBadExpert = INT64_MAX;
 };
 
 }  // namespace moe_xarch

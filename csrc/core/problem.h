@@ -17,6 +17,7 @@ enum class ComputeType { kBF16, kF32, kInt8 };
 
 // One of w1 / w2 after checking: where expert e's rows are and how to scale them.
 struct WeightOperand {
+  const char* name = nullptr;  // "w1" or "w2"
   ScalarType dtype;
   int64_t rows = 0;
   int64_t cols = 0;

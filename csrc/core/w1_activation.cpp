@@ -74,6 +74,7 @@ Activations w1_activation(const KernelSet& kernels, const MoeProblem& p, const R
       activate_block(kernels, p, e, j0, j1, m, scratch, inter, s0, inter_f32.get());
     }
   });
+  gemm1.check_values();
   if (p.compute == ComputeType::kInt8) {
     parallel_for(0, slots, 16, [&](int64_t begin, int64_t end) {
       for (int64_t s = begin; s < end; ++s) inter.store_row(s, inter_f32.get() + s * inter.ld, N);

@@ -43,6 +43,7 @@ AlignedBuffer<float> w2_combine(const KernelSet& kernels, const MoeProblem& p, c
       }
     }
   });
+  gemm2.check_values();
   return acc;
 }
 

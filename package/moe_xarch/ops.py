@@ -48,7 +48,9 @@ def fused_experts(
     Raises:
         ValueError: an argument of the wrong Python type (a bool is not an int,
             a string is not a number), naming it; the op raises RuntimeError for
-            the rest of the spec's bad inputs.
+            the rest of the spec's bad inputs. 4-bit scale and zero-point values
+            are checked in the experts the call's tokens are routed to (the ones
+            it reads).
     """
     return torch.ops.moe_xarch.fused_experts_cpu(
         hidden_states,

@@ -80,6 +80,16 @@ def _routed_to_experts_1_and_0(a: dict[str, Any]) -> torch.Tensor:
     return ids
 
 
+def _in_expert(name: str, expert: int, value: int) -> Mutation:
+    """``name`` (uint8 scales or zero points) with ``value`` in the last row of
+    ``expert`` only, and the tokens routed to experts 1 and 0."""
+    def change(a: dict[str, Any]) -> dict[str, Any]:
+        t = a[name].clone()
+        t[expert, -1, -1] = value
+        return {name: t, "topk_ids": _routed_to_experts_1_and_0(a)}
+    return change
+
+
 def _bad(id: str, names: str, mutation: Mutation, method: int = UNQUANT, *, packs: bool = False) -> Any:
     """A case: ``mutation`` of a valid problem's arguments must raise an error whose
     message names one of ``names`` (alternatives separated by |). ``packs``: the
@@ -186,6 +196,7 @@ BAD_INPUTS = [
                                                                    "w1_zero": None}, INT4),
     _bad("int4-block_size-not-the-group", "block_size", lambda a: {"block_size": [1, 64]}, INT4),
     _bad("int4-w1_zero-16", "w1_zero", lambda a: {"w1_zero": a["w1_zero"].index_fill(2, torch.tensor([1]), 16)}, INT4),
+    _bad("int4-w2_zero-16-in-one-expert", "w2_zero", _in_expert("w2_zero", 1, 16), INT4),
     _bad("int4-w2_zero-dtype", "w2_zero", lambda a: {"w2_zero": a["w2_zero"].int()}, INT4),
     _bad("int4-w2_zero-shape", "w2_zero", lambda a: {"w2_zero": a["w2_zero"][:, 1:].contiguous()}, INT4),
     _bad("int4-packed-as-mxfp4", "w1", lambda a: {
@@ -196,6 +207,7 @@ BAD_INPUTS = [
         "w2_bias": None}, MXFP4),
     _bad("mxfp4-w1_scale-255", "w1_scale", lambda a: {"w1_scale": a["w1_scale"].index_fill(1, torch.tensor([3]), 255)},
          MXFP4),
+    _bad("mxfp4-w2_scale-255-in-one-expert", "w2_scale", _in_expert("w2_scale", 1, 255), MXFP4),
     _bad("mxfp4-w2_scale-float", "w2_scale", lambda a: {"w2_scale": a["w2_scale"].float()}, MXFP4),
     _bad("mxfp4-w2_scale-shape", "w2_scale", lambda a: {"w2_scale": a["w2_scale"][:, :, :0].contiguous()}, MXFP4),
     _bad("mxfp4-w1_zero-given", "w1_zero", lambda a: {"w1_zero": torch.zeros_like(a["w1_scale"])}, MXFP4),
@@ -260,6 +272,23 @@ def test_valid_base_problem_runs(method: int) -> None:
     """The problems the bad inputs start from are themselves valid."""
     problem = make_moe_problem(M, *_dims(method), E, TOPK, torch.bfloat16, method, seed=3)
     assert moe_xarch.fused_experts(**problem.kwargs()).shape == (M, _dims(method)[0])
+
+
+@pytest.mark.parametrize("method, name, value", [(INT4, "w1_zero", 16), (MXFP4, "w2_scale", 255)],
+                         ids=["int4-w1_zero-16", "mxfp4-w2_scale-255"])
+def test_values_of_an_expert_no_token_reads_are_not_read(method: int, name: str, value: int) -> None:
+    """Scales and zero points are checked where the call reads them, in the
+    experts its tokens are routed to (over every expert, the check would read
+    as many bytes as decode reads of weights): a bad value elsewhere changes
+    nothing, and an error at the first call that reads it."""
+    problem = make_moe_problem(M, *_dims(method), E, TOPK, torch.bfloat16, method, seed=3)
+    kwargs = problem.kwargs() | {"topk_ids": _routed_to_experts_1_and_0(problem.kwargs())}
+    expected = moe_xarch.fused_experts(**kwargs)
+    unread = kwargs | _in_expert(name, 3, value)(kwargs)
+    assert torch.equal(moe_xarch.fused_experts(**unread), expected)
+    read = unread | {"topk_ids": torch.full_like(unread["topk_ids"], 3)}
+    with pytest.raises(RuntimeError, match=rf"\b{name}\b.*\(expert 3\)"):
+        moe_xarch.fused_experts(**read)
 
 
 @pytest.mark.level_independent

@@ -472,11 +472,14 @@ def _zero_point(rows: str) -> Callable[[Problem], Problem]:
 
 
 def _byte_set(name: str, value: int) -> Callable[[Problem], Problem]:
-    """The last byte of the uint8 tensor ``name`` set to ``value``."""
+    """The last byte of the uint8 tensor ``name`` set to ``value``, in the last
+    expert, and a token routed there: the call checks the values it reads."""
     def change(p: Problem) -> Problem:
         t = p.kwargs[name].clone()
         t.view(-1)[-1] = value
-        return p.with_(f"{name}[-1, -1, -1] = {value}", **{name: t})
+        ids = p.kwargs["topk_ids"].clone()
+        ids[0, 0] = t.shape[0] - 1
+        return p.with_(f"{name}[-1, -1, -1] = {value}, topk_ids[0, 0] = E - 1", **{name: t, "topk_ids": ids})
     return change
 
 
