@@ -1,7 +1,6 @@
-// The one C++ declaration of every moe_xarch op. Each architecture defines
-// these functions in csrc/arch/<arch>/ops.cpp with exactly these signatures; a
-// definition that drifts ("no declaration matches ...") fails that build.
-// The schemas live in package/moe_xarch/schemas.txt, the contract in the spec.
+// The one C++ declaration of every moe_xarch op, which each
+// csrc/arch/<arch>/ops.cpp defines with exactly these signatures (schemas:
+// package/moe_xarch/schemas.txt; contract: the spec).
 #pragma once
 
 #include <optional>

@@ -1,7 +1,6 @@
-// The one registration of every moe_xarch op, shared by all architectures.
-// Schemas and their C++ function types are generated from
-// package/moe_xarch/schemas.txt; each op's declaration in moe_xarch.h is
-// checked against its schema here, at compile time, on every architecture.
+// The one registration of every moe_xarch op, for all architectures; each
+// op's declaration in moe_xarch.h is checked at compile time against its
+// schema (schemas.h, generated from package/moe_xarch/schemas.txt).
 #include <torch/csrc/stable/library.h>
 
 #include <type_traits>

@@ -34,7 +34,6 @@ class Size {
     return out;
   }
 
-  // The value, or nothing if some step overflowed.
   std::optional<int64_t> get() const { return valid_ ? std::optional<int64_t>(value_) : std::nullopt; }
 
  private:

@@ -21,8 +21,7 @@ constexpr int64_t kTokenChunk = 128;  // rows of a per GEMM call: bounds the fp3
 constexpr int64_t kInterBlock = 128;
 constexpr int64_t kHiddenBlock = 128;  // output columns per phase-3 work item
 
-// One thread's scratch for a work item: widened weight tiles, the fp32 GEMM
-// output tiles and a row of activated values.
+// One thread's scratch for a work item.
 struct Scratch {
   AlignedBuffer<float> weights_f32;
   AlignedBuffer<uint16_t> weights_bf16;
@@ -57,11 +56,10 @@ class ExpertGemm {
       : kernels_(kernels), p_(p), w_(w) {}
 
   // Rows [r0, r1) of expert e, for its m activation rows. fp16, fp8 and MXFP4
-  // weights are widened into scratch rows [slot, slot + r1 - r0) once, for
-  // every token chunk that uses them; a_ld is the activations' padded width.
-  // Their MXFP4 scales or INT4 zero points are checked first: a tile with a
-  // value no weight can have reads nothing (k = 0), and check_values() then
-  // names it.
+  // weights are widened into scratch rows [slot, slot + r1 - r0) once for every
+  // token chunk; a_ld is the activations' padded width. A tile whose MXFP4
+  // scales or INT4 zero points hold a value no weight can have reads nothing
+  // (k = 0), and check_values() then names it.
   WeightTile tile(int64_t expert, int64_t r0, int64_t r1, int64_t m, int64_t a_ld, Scratch& scratch,
                   int64_t slot) const;
 
@@ -80,7 +78,6 @@ class ExpertGemm {
   void check_values() const;
 
  private:
-  // fp16, fp8 and MXFP4 weights are widened tile by tile into scratch before the GEMM.
   bool dequantizes() const;
 
   // A tile of fp8 widened to bf16: a GEMM per block of K, its sums times their scales in fp32.

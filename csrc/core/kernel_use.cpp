@@ -19,7 +19,6 @@ struct Counters {
   ~Counters();
 };
 
-// Every live thread's counters, and the sums of the threads that ended.
 struct Registry {
   std::mutex mutex;
   std::vector<Counters*> live;

@@ -1,21 +1,15 @@
 // Which kernels ran: calls per kernel kind and per level whose code ran.
 //
-// Selecting a level (isa()) proves nothing about the kernels its KernelSet
-// hands out: a level that takes another level's function still reports its
-// own name. So each kernel counts its own calls, naming the level of the
-// translation unit that defines it (MOE_XARCH_LEVEL, set per source file
-// next to its ISA flags in CMakeLists.txt and csrc/arch/<arch>/sources.cmake).
-// A level's code that hands a call to another level's function leaves the
-// count to that function, so each call counts the level that did its work.
+// A KernelSet may hand out another level's function, so each kernel counts its
+// own calls under the level of the translation unit that defines it
+// (MOE_XARCH_LEVEL, set next to its ISA flags); code that hands a call to
+// another level's function leaves the count to that function.
 //
-// Always on, in every build: the wheels under test are the wheels shipped,
-// and a count that only test builds keep would prove nothing about the
-// others. Cheap enough for that: one count per kernel call (a GEMM call covers
-// a block of the output, a row kernel a row), never per element, into this
-// thread's own counters - a thread-local increment, no contended atomics.
+// Always on, as the wheels under test are the wheels shipped: one thread-local
+// increment per kernel call (a GEMM block, a row), never per element.
 //
-// No C++ library headers and nothing inline with external linkage: this is
-// included by files compiled with ISA flags (kernels.h says why).
+// No C++ library headers and nothing inline with external linkage (kernels.h
+// says why).
 #pragma once
 
 #include <cstdint>
@@ -50,7 +44,6 @@ constexpr bool same_name(const char* a, const char* b) {
   return *a == *b;
 }
 
-// The index of a level name in kLevelNames, or -1.
 constexpr int level_index(const char* name) {
   for (int i = 0; i < kLevels; ++i) {
     if (same_name(kLevelNames[i], name)) return i;
@@ -60,7 +53,6 @@ constexpr int level_index(const char* name) {
 
 inline constexpr int kCoreLevel = level_index("core");
 
-// Adds one call of `kind` by `level`'s code to this thread's counters.
 void count(Kind kind, int level) noexcept;
 
 // The totals of every thread, past and present, since the library loaded:

@@ -1,15 +1,13 @@
 // The internal kernel interface every instruction-set path implements.
 //
-// torch-free on purpose: the per-ISA files are compiled with ISA flags
-// (-mavx512f, -march=armv8.2-a+dotprod, ...) and must not emit copies of
-// inline library functions that other translation units could pick up.
-// Everything in a kernel file lives in an anonymous namespace except the one
-// KernelSet it exports.
+// torch-free on purpose: the per-ISA files are compiled with ISA flags and
+// must not emit copies of inline library functions that other translation
+// units could pick up; all of a kernel file but the KernelSet it exports lives
+// in an anonymous namespace.
 //
-// All GEMMs are in dot-product form, matching the weights' natural layout
-// (row = output channel, K contiguous):
-//     c[i * ldc + j] = sum_{p < k} a[i * lda + p] * b[j * ldb + p]
-// for i < m, j < n, overwriting c, accumulated in fp32 (int32 for int8).
+// All GEMMs are in dot-product form, matching the weights' layout (row =
+// output channel, K contiguous), overwriting c, in fp32 (int32 for int8):
+//     c[i * ldc + j] = sum_{p < k} a[i * lda + p] * b[j * ldb + p]   (i < m, j < n)
 // m, n, k are any positive values; a kernel reads a and b only in [0, k) of
 // each row and handles tails itself. When the driver knows both operands are
 // zero-padded (packed weights) it passes k rounded up to kPackAlign.
@@ -64,9 +62,9 @@ using GemmBF16Fp8Fn = void (*)(int64_t m, int64_t n, int64_t k, const uint16_t* 
 using TakesRowsFn = bool (*)(int64_t m);
 bool takes_no_rows(int64_t m);
 
-// 4-bit weights (the spec's "4-bit weights"): rows of nibbles, two values a
-// byte in the order core/packed_layout.h describes. INT4_W4A8's per-group scales and zero points of row j (row0 + j of the
-// weight): value p = (q - zero[g]) * scale[g], g = p / group.
+// INT4_W4A8's per-group scales and zero points of row j (row0 + j of the
+// weight): value p = (q - zero[g]) * scale[g], g = p / group; nibble order as
+// core/packed_layout.h describes.
 struct Int4Groups {
   const float* scale;   // [rows, ld]
   const uint8_t* zero;  // [rows, ld]; null: zero point 8
@@ -148,9 +146,7 @@ struct KernelSet {
   Mxfp4ToBF16Fn mxfp4_to_bf16 = mxfp4_to_bf16_generic;
   Mxfp4ToF32Fn mxfp4_to_f32 = mxfp4_to_f32_generic;
   GemmBF16Mxfp4Fn gemm_bf16_mxfp4 = nullptr;
-  // Whether gemm_bf16_mxfp4 takes MXFP4 weights for m rows of a; if not, the
-  // driver widens each tile once for all rows (mxfp4_to_bf16), for gemm_bf16.
-  // The level's own choice, as for gemm_bf16_fp8_takes.
+  // As gemm_bf16_fp8_takes, for MXFP4 weights (widened by mxfp4_to_bf16).
   TakesRowsFn gemm_bf16_mxfp4_takes = takes_no_rows;
   SiluAndMulFn silu_and_mul = silu_and_mul_generic;
   SwigluFn swiglu = swiglu_generic;

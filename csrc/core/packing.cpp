@@ -87,7 +87,6 @@ ScalarType packed_dtype(ScalarType given, int64_t moe_comp_method, const char* o
   return dtype;
 }
 
-// The bytes of one expert's block of rows x cols values of dtype.
 int64_t expert_nbytes(int64_t rows, int64_t cols, ScalarType dtype, const char* op) {
   MOE_XARCH_CHECK(rows > 0 && cols > 0, op, ": rows and cols must be positive, got ", rows, " and ", cols);
   const std::optional<PackedHeader> header = make_header(rows, cols, dtype, PackArch::kGeneric);

@@ -1,10 +1,8 @@
-// The packed weights made by convert_weight_packed (is_vnni=True): their
-// layouts are described in core/packed_layout.h. Each expert's block starts
-// with a 64-byte header that makes it self-describing, so that a tensor which
-// did not come from convert_weight_packed, came from another architecture or
-// was altered since (the header's checksum), is refused instead of read as
-// garbage; it says which layout follows, and a level that cannot read that
-// layout refuses the tensor.
+// The packed weights of convert_weight_packed (is_vnni=True; layouts in
+// core/packed_layout.h). Each expert's block starts with a 64-byte header so
+// that a tensor not from convert_weight_packed, from another architecture, in
+// a layout the running level cannot read, or altered since (its checksum) is
+// refused instead of read as garbage.
 #pragma once
 
 #include <cstdint>

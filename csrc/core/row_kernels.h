@@ -1,17 +1,9 @@
-// The driver's per-row loops - the phase-2 activations, the int8
-// quantization of activation rows and phase 3's weighted sums - written once
-// in portable C++.
-//
-// The generic level builds them for the architecture's baseline (SSE2, NEON),
-// and KernelSet defaults to that build; a level with wider vectors (AVX2,
-// AVX-512) exports its own build with compiled_here. The anonymous namespace
-// gives each translation unit its own copy: no level can pick up another's
-// code at link time, and each copy counts its calls as its level's
-// (core/kernel_use.h).
-//
-// The loops are branch-free, and the library is built with -fno-trapping-math,
-// so GCC vectorizes them (under -ftrapping-math it keeps any loop that does
-// arithmetic on a min or max scalar).
+// The driver's per-row loops (phase 2's activations, the int8 quantization of
+// activation rows, phase 3's weighted sums) in portable C++. KernelSet defaults
+// to the generic level's build; a level with wider vectors exports its own
+// (compiled_here), the anonymous namespace giving each its own copy, counted as
+// its level's. Branch-free and built with -fno-trapping-math, so GCC vectorizes
+// them (under -ftrapping-math it keeps any loop with arithmetic on a min or max scalar).
 #pragma once
 
 #include <algorithm>
@@ -56,7 +48,6 @@ inline __attribute__((always_inline)) float exp_approx(float x) {
   return e_r * two_n;
 }
 
-// out[j] = silu(gate[j] + gate_bias[j]) * (up[j] + up_bias[j]).
 void silu_and_mul(int64_t n, const float* gate, const float* up, const float* gate_bias, const float* up_bias,
                   float* out) {
   MOE_KERNEL_USE(kSiluAndMul);
@@ -99,7 +90,7 @@ void quantize_row_s8(int64_t n, const float* x, int8_t* q, float* scale) {
   *scale = s;
 }
 
-// dst[j] += weight * (c[j] + bias[j]): an expert's output row into its token's sum.
+// An expert's output row into its token's sum.
 void add_weighted(int64_t n, float weight, const float* c, const float* bias, float* dst) {
   MOE_KERNEL_USE(kAddWeighted);
   for (int64_t j = 0; j < n; ++j) dst[j] += weight * (c[j] + bias[j]);

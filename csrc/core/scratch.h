@@ -1,6 +1,5 @@
-// Per-thread scratch for kernels. Included by files compiled with ISA flags,
-// so no C++ library headers (core/kernels.h says why); defined in
-// core/buffers.cpp, compiled for the baseline.
+// Per-thread scratch for kernels (core/buffers.cpp). Included by files compiled
+// with ISA flags: no C++ library headers (core/kernels.h says why).
 #pragma once
 
 #include <cstdint>

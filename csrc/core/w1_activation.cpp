@@ -46,7 +46,6 @@ void activate_block(const KernelSet& kernels, const MoeProblem& p, int64_t exper
 
 }  // namespace
 
-// The items are shared among threads (work_sharing.h).
 Activations w1_activation(const KernelSet& kernels, const MoeProblem& p, const Routing& routing,
                           const Activations& x) {
   const int64_t slots = routing.slots(), N = p.inter;

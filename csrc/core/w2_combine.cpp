@@ -19,7 +19,7 @@ AlignedBuffer<float> w2_combine(const KernelSet& kernels, const MoeProblem& p, c
   const int64_t M = p.tokens, K = p.hidden;
   auto acc = aligned_buffer<float>(M, K, "the fp32 output accumulator ([M, K] of hidden_states)");
   const ExpertGemm gemm2(kernels, p, p.w2);
-  const std::array<float, kHiddenBlock> no_bias{};  // stands in for a missing bias
+  const std::array<float, kHiddenBlock> no_bias{};
   parallel_for(0, ceil_div(K, kHiddenBlock), 1, [&](int64_t begin, int64_t end) {
     Scratch scratch = gemm2.scratch();
     const int64_t first = begin * kHiddenBlock, last = std::min(K, end * kHiddenBlock);

@@ -1,21 +1,14 @@
 // Armv8.6-A matrix multiply-accumulate: SMMLA (int8) and BFMMLA (bf16) each
-// compute a 2x2 output block from two rows of a and two rows of b, twice the
-// work of a dot-product instruction. Two natural-layout rows zipped by 64-bit
-// halves are exactly the operand each instruction wants: a's are zipped once
-// per call (mmla_pairs); packed b lies so already (the kTiles2 layout) and is
-// read as it lies, decode included, while b in rows is zipped in the tile,
-// at a cost of one vector op per two MMLAs. fp32 has nothing new at this
-// level and stays on NEON's kernel.
-//
-// INT4_W4A8 by SMMLA as well, from two rows of a: a 2x2 block takes four
-// SMMLAs a 32-value chunk where four outputs by SDOT take eight. Two rows of
-// b zipped by 64-bit halves, then split into nibbles, are the four b
-// operands; a is put in the matching order once per call (W4A8Pairs), so each
-// row pair's chunk is one four-register load. Decode (one row of a) is
-// dotprod's kernel, as for int8.
-//
-// MXFP4 times one or two rows of a by BFDOT, b widened in registers
-// (mxfp4.h); more rows widen it once for the BFMMLA tiles.
+// compute a 2x2 output block from two rows of a and two of b, twice the work of
+// a dot-product instruction. Two rows zipped by 64-bit halves are exactly the
+// operand each wants: a's are zipped once per call (mmla_pairs), packed b lies
+// so already (kTiles2) and is read as it lies, b in rows is zipped in the tile
+// (a vector op per two MMLAs).
+// INT4_W4A8 by SMMLA too, from two rows of a (four SMMLAs a chunk where four
+// outputs by SDOT take eight), a in the matching order once per call
+// (w4a8_pairs); one row of a is dotprod's kernel, as for int8. MXFP4 by BFDOT
+// for one or two rows of a (mxfp4.h); more rows widen it once for the BFMMLA
+// tiles. fp32 stays on NEON's kernel.
 #include <arm_neon.h>
 
 #include <cstddef>
@@ -114,7 +107,7 @@ int64_t mmla_steps(int64_t k) {
 }
 
 // Rows of a for the MMLA tiles, zipped once per call rather than in every
-// tile's k loop, where the zips took a third of the vector pipes from the
+// tile's k loop, where the zips would take a third of the vector pipes from the
 // MMLAs: per pair of rows (the last row of an odd m repeated) and step, 32
 // bytes, rows 2i and 2i+1 zipped by 64-bit halves into the operand of the
 // step's first half, then that of its second.
@@ -143,11 +136,9 @@ MOE_ARM_ROWS_PASS const uint8_t* mmla_pairs(int64_t m, int64_t k, const typename
   return pairs;
 }
 
-// b as natural rows: per 16-byte step, rows 2q and 2q+1 zip into column pair
-// q's operand for the first half of the step and its operand for the second,
-// as a's did. The k tail is one more step, at k - kW, masked to what the full
-// steps did not count. Columns past nv re-read the last valid row of b.
-// Requires k >= kW.
+// b as natural rows: per step (mmla_steps), rows 2q and 2q+1 zip into column
+// pair q's operands for the two halves of the step, as a's did. Columns past
+// nv re-read the last valid row of b. Requires k >= kW.
 template <class Ops, int C>
 struct RowsOfB {
   using T = typename Ops::T;
@@ -204,7 +195,7 @@ struct TilesOfB {
   template <class Step>
   MOE_ARM_ALWAYS_INLINE void for_each_step(Step step) const {
     for (int64_t s = 0; s < steps; ++s) {
-      // Two loads, not one vld1q_u8_x2: its register pair made GCC copy bf16
+      // Two loads, not one vld1q_u8_x2: its register pair makes GCC copy bf16
       // accumulators around every BFMMLA.
       step(s, [this, s](int q) MOE_ARM_ALWAYS_INLINE {
         return uint8x16x2_t{{vld1q_u8(pairs[q] + s * 32), vld1q_u8(pairs[q] + s * 32 + 16)}};
@@ -244,7 +235,7 @@ MOE_ARM_TILE void mmla_tile(int64_t k, const uint8_t* pairs, int64_t steps, cons
   b.for_each_step([&](int64_t s, auto operands) MOE_ARM_ALWAYS_INLINE {
     if constexpr (RP > 1 && CP <= 4 && B<Ops, C>::kOperandsAsLoaded) {
       // The step's b operands first, then a row pair at a time: in the other
-      // order GCC copied a BFMMLA accumulator to another register and back.
+      // order GCC copies a BFMMLA accumulator to another register and back.
       // Wider tiles' operands would not fit in registers beside the accumulators.
       uint8x16x2_t v[CP];
       MOE_ARM_UNROLL for (int j = 0; j < CP; ++j) v[j] = operands(j);
@@ -355,7 +346,7 @@ MOE_ARM_TILE void w4a8_mmla_tile(const W4A8Call& w, const int8_t* pairs, int64_t
       MOE_ARM_UNROLL for (int q = 0; q < CP; ++q) dot[r][q] = vdupq_n_s32(0);
     }
     for (int64_t p = g * w.group; p < (g + 1) * w.group; p += kW4A8Chunk) {
-      // Four loads, not one vld1q_s8_x4: its register quad made GCC copy it.
+      // Four loads, not one vld1q_s8_x4: its register quad makes GCC copy it.
       int8x16_t va[RP][4];
       MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
         MOE_ARM_UNROLL for (int h = 0; h < 4; ++h) va[r][h] = vld1q_s8(pa[r] + p * 2 + 16 * h);

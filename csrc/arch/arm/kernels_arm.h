@@ -1,14 +1,9 @@
-// The aarch64 kernel levels and what they share.
-//
-// gemm_neon.cpp, gemm_dotprod.cpp and gemm_i8mm.cpp are each compiled with
-// their own -march. Their exported functions are declared first; a level
-// that has nothing new for a GEMM exports the lower level's function instead
-// of a copy of it.
-//
-// The templates below (tiling driver, dot-form micro-kernel, epilogue) sit
-// in an anonymous namespace on purpose: each level instantiates a private
-// copy with its own flags, so the linker can never hand a dotprod or i8mm
-// build of a shared helper to a CPU that only has NEON.
+// The aarch64 kernel levels and what they share. Each level's file has its
+// own -march; a level with nothing new for a GEMM exports the lower level's
+// function, not a copy. The templates below are in an anonymous namespace on
+// purpose: each level instantiates a private copy with its own flags, so the
+// linker can never hand a dotprod or i8mm build of a shared helper to a CPU
+// that only has NEON.
 #pragma once
 
 #include <arm_neon.h>

@@ -1,16 +1,10 @@
-// MXFP4 times few rows of bf16 a on aarch64 (kernels.h's GemmBF16Mxfp4Fn),
-// for every level; each level supplies the products of a 32-value block
-// (Ops::block) and its tile shapes.
-//
-// b is widened in registers, never stored. A block is 16 bytes of a row of
-// b and one E8M0 scale: the low nibbles are the even values, the high ones
-// the odd values. Every E2M1 value is exact in bf16, so TBL looks up the low
-// and the high byte of each value's bf16 bits and a byte zip joins them:
-// four bf16 vectors, the even values 0-7 and 8-15, then the odd ones. a is
-// put in the same order once per call (mxfp4_split_rows). Each block's sum of
-// products is multiplied by its scale (2^(s - 127), exact in fp32) into the
-// output's total, as avx2's fused kernel does.
-//
+// MXFP4 times few rows of bf16 a on aarch64 (kernels.h's GemmBF16Mxfp4Fn), for
+// every level; a level supplies a 32-value block's products (Ops::block) and its
+// tile shapes. b is widened in registers, never stored: every E2M1 value is
+// exact in bf16, so TBL looks up the low and high bytes of each value's bf16
+// bits from the block's 16 bytes (even values in the low nibbles) and a byte
+// zip joins them; a is put in the same order once per call (mxfp4_split_rows).
+// Each block's sum times its E8M0 scale (exact in fp32) adds into the total.
 // In an anonymous namespace (kernels_arm.h says why).
 #pragma once
 

@@ -1,9 +1,7 @@
-// The aarch64 definitions of the ops declared in csrc/moe_xarch.h. They are
-// written with qualified names, so a signature that drifts from the one
-// declaration ("no declaration matches") fails this architecture's build.
-// One file per architecture on purpose, not one shared definition: an
-// architecture's entry point is where ports drift, and the drift proofs
-// (tests/drift) edit the aarch64 one and must see that build fail.
+// The aarch64 definitions of the ops of csrc/moe_xarch.h, by qualified name so
+// that a signature drift fails the build ("no declaration matches"). One file
+// per architecture, not one shared definition: the drift proofs (tests/drift)
+// edit this one and must see the aarch64 build fail.
 #include "core/dispatch.h"
 #include "core/fused_experts.h"
 #include "moe_xarch.h"

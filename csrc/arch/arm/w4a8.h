@@ -1,18 +1,14 @@
-// INT4_W4A8 on aarch64, for every level; each level supplies the integer dot
+// INT4_W4A8 on aarch64, for every level; a level supplies the integer dot
 // product of a 32-value chunk (Dot::chunk) and its tile shapes.
 //
-// A 16-byte load of a row of b is one 32-value chunk: its low nibbles are the
-// even values and its high nibbles the odd ones. a is split the same way once
-// per call (each chunk's 16 even values, then its 16 odd ones), so the nibbles
+// A 16-byte load of b is one chunk, even values in the low nibbles, odd in the
+// high. a is split the same way once per call (w4a8_split), so the nibbles
 // multiply a as they are (0..15 is a valid int8) and the tiles load a with
-// plain loads: an LD2 in the k loop takes a vector pipe from the multiplies.
-// Groups are whole chunks: each output keeps an int32 vector per group, whose
-// horizontal sum, minus zero point * sum of a over the group, turns into fp32
-// times the group scale once per group. The per-group operands that do not
-// depend on the chunk are set out once per call (W4A8Operands): each row of
-// a's sums per group, and per four columns of b and group, their four scales
-// and zero points as vectors.
-//
+// plain loads: an LD2 in the k loop would take a vector pipe from the
+// multiplies. Groups are whole chunks: each output keeps an int32 vector per
+// group, whose sum less zero point * sum of a becomes fp32 times the group
+// scale once per group; the per-group operands are set out once per call
+// (W4A8Operands).
 // In an anonymous namespace (kernels_arm.h says why).
 #pragma once
 

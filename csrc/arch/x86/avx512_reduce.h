@@ -1,8 +1,5 @@
-// AVX-512 reductions and the fp8 row widening, shared by the avx512 and
-// avx512_bf16 files.
-// Templates in an anonymous namespace on purpose: every including file gets
-// a private copy built with its own ISA flags, so the linker can never pick
-// one level's copy for another's path. No C++ library headers.
+// AVX-512 reductions and the fp8 row widening, for the avx512 and avx512_bf16
+// files. In an anonymous namespace (loop_nest.h says why); no C++ library headers.
 #pragma once
 
 #if !(defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__))

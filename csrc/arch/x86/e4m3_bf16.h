@@ -1,8 +1,6 @@
 // e4m3 to bf16 by byte tables (AVX512-VBMI lookups), and the fp8 line
-// layout's widening into bf16 tiles, shared by the avx512_bf16 and amx files.
-// Templates in an anonymous namespace on purpose: every including file gets
-// a private copy built with its own ISA flags, so the linker can never pick
-// one level's copy for another's path. No C++ library headers.
+// layout's widening into bf16 tiles, for the avx512_bf16 and amx files. In an
+// anonymous namespace (loop_nest.h says why); no C++ library headers.
 #pragma once
 
 #if !(defined(__AVX512BF16__) && defined(__AVX512VBMI__))
@@ -107,8 +105,7 @@ struct E4m3ToBF16 {
   }
 
   // 16 rows' 4-byte groups (row r in bytes [4 r, 4 r + 4)) into two rows of a
-  // bf16 tile: each row's first pair of values in `first`, its second pair in
-  // `second`. One in-lane shuffle into the line layout's order, then in_lanes.
+  // bf16 tile: each row's first pair of values in `first`, its second in `second`.
   MOE_X86_INLINE Halves groups(__m512i bytes) const {
     return in_lanes(_mm512_shuffle_epi8(bytes, groups_to_lines));
   }
@@ -128,11 +125,10 @@ struct E4m3ToBF16 {
 };
 
 // One 16-row block of fp8 b in the line layout (fp8_line_byte), every line
-// that k reaches rounded up to 32 values (the layout's padding is zeros),
-// widened exactly into bf16 in the tile layout (core/packed_layout.h): line q
-// into the 64-byte lines 2 q and 2 q + 1, the block's pairs of K in order -
-// contiguous tiles for AMX, one stream for AVX-512. Each half holds 16 rows'
-// bf16 pairs, lane r = row r.
+// that k reaches rounded up to 32 values (the padding is zeros), widened
+// exactly into bf16 in the tile layout (core/packed_layout.h): line q into the
+// 64-byte lines 2 q and 2 q + 1 - contiguous tiles for AMX, one stream for
+// AVX-512.
 MOE_X86_INLINE void widen_fp8_lines(const E4m3ToBF16& e4m3_to_bf16, const uint8_t* block, int64_t k,
                                     uint8_t* panel) {
   constexpr int64_t kAhead = 1024;  // the next call's block, near the end: work items walk down the rows

@@ -1,7 +1,5 @@
-// e4m3 to fp16 with AVX2, for the levels that widen fp8 through fp16.
-// Templates in an anonymous namespace on purpose: every including file gets
-// a private copy built with its own ISA flags, so the linker can never pick
-// one level's copy for another's path. No C++ library headers.
+// e4m3 to fp16 with AVX2, for the levels that widen fp8 through fp16. In an
+// anonymous namespace (loop_nest.h says why); no C++ library headers.
 #pragma once
 
 #if !(defined(__AVX2__) && defined(__F16C__))

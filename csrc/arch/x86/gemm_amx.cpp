@@ -1,14 +1,10 @@
-// AMX: the avx512_bf16 level with its bf16, int8 and fp8 (bf16 x e4m3) GEMMs on
-// tile matrix multiplies (tdpbf16ps, tdpbssd: 16 x 16 outputs over 64 bytes of
-// K per instruction) once there are enough rows of a to fill tiles; everything
-// else is avx512_bf16's.
-//
-// A tile multiply wants its right operand as 4-byte groups of K interleaved
-// across 16 columns ("VNNI" layout); weights are rows of K values, so each
-// 16-row block of b is transposed (as 16 x 16 groups) into a panel once per
-// call and then meets every row block of a - unless convert_weight_packed
-// stored them in that layout already (gemm_*_tiles). A call handed to
-// avx512_bf16's kernel is counted there, as that level's (core/kernel_use.h).
+// AMX: the avx512_bf16 level with its bf16, int8, fp8 and 4-bit GEMMs on tile
+// multiplies (tdpbf16ps, tdpbssd: 16 x 16 outputs over 64 bytes of K) once
+// there are rows of a enough to fill tiles; the rest is avx512_bf16's. A tile
+// multiply wants b as 4-byte groups of K interleaved across 16 columns, so each
+// 16-row block of b is transposed into a panel once per call, unless
+// convert_weight_packed stored it so (gemm_*_tiles). A call handed to
+// avx512_bf16's kernel is counted there (core/kernel_use.h).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
@@ -57,7 +53,6 @@ struct alignas(64) TileConfig {
   }
 };
 
-// Rows of a in the block from row i (of m): 0 to 16.
 MOE_X86_INLINE int block_rows(int64_t m, int64_t i) {
   return static_cast<int>(std::clamp<int64_t>(m - i, 0, kTileRows));
 }
@@ -126,11 +121,10 @@ void pack_panel(const uint8_t* b, int64_t ldb, int rows, int64_t k_bytes, uint8_
 
 // The loop nest of both tile GEMMs, on bytes: two blocks of 16 rows of a
 // (tiles 2, 5) meet 32 rows of b (panels in tiles 3, 4) over all of K, into
-// tiles 0, 1 and 6, 7; each load of the panels serves both blocks (with one
-// block at a time, the second pass re-read 64 KiB of panels per 32 rows of b,
-// more than L1 holds). panels(j, nb) gives the two panels of rows
-// [j, j + nb) of b, 16 * k_bytes each. Each 16 x 32 block of results is
-// handed to finish(i, j, rows, nb, block), block being 32 values a row.
+// tiles 0, 1 and 6, 7; each load of the panels serves both blocks, as 64 KiB
+// of panels per 32 rows of b is more than L1 holds for a second pass.
+// panels(j, nb) gives the two panels of rows [j, j + nb) of b, 16 * k_bytes
+// each; each 16 x 32 block of results goes to finish(i, j, rows, nb, block).
 template <class Panels, class Dot, class Finish>
 void tile_loop(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t lda, Panels panels, Dot dot,
                Finish finish) {
@@ -233,7 +227,6 @@ struct DotS8 {
   MOE_X86_INLINE void fourth() const { _tile_dpbssd(7, 5, 4); }
 };
 
-// c gets the first nb fp32 values of each of rows rows of block.
 struct StoreF32 {
   float* c;
   int64_t ldc;
@@ -302,12 +295,10 @@ constexpr int64_t kTileSize = kTileRows * kTileBytes;
 
 // Rows [j, j + rows) of fp8 b (rows <= 16, the rest zero), k values of each
 // (a multiple of 32), widened exactly (x86::E4m3ToBF16) straight into a panel
-// of contiguous tiles: one pass over b, no widened rows in between. The tile
-// of values [p, p + 32) is the 1 KiB from panel + 32 p on, its row g holding
-// the bf16 pair g of each row of b; contiguous, its rows do not share L1 sets
-// as rows 2 k bytes apart would. The transpose runs on the fp8 bytes, 4 values
-// of K a word, before widening (E4m3ToBF16::groups): half the shuffles of
-// transposing bf16 pairs, and one widening per 64 values.
+// of contiguous tiles, whose rows do not share L1 sets as rows 2 k bytes apart
+// would: the tile of values [p, p + 32) is the 1 KiB from panel + 32 p, its row
+// g the bf16 pair g of each row of b. The transpose runs on the fp8 bytes
+// before widening (E4m3ToBF16::groups): half the shuffles of bf16 pairs.
 void widen_panel(const uint8_t* b, int64_t ldb, int64_t j, int rows, int64_t k, uint8_t* panel) {
   const x86::E4m3ToBF16 e4m3_to_bf16;
   const uint8_t* src[kTileRows];
@@ -331,12 +322,11 @@ void widen_panel(const uint8_t* b, int64_t ldb, int64_t j, int rows, int64_t k, 
   }
 }
 
-// Rows of a, 16 at a time, for tile loads that take 16 whenever m > 16: the
-// tiles then keep one configuration, where a last block of fewer rows made
-// fp8_tile_gemm reload it twice per block of K (qwen3 fp8 at M=512, 1 thread:
-// 211 ms a call with the reloads, 190 without). That block is copied once per
-// call into scratch, zero rows after m (their sums are never stored).
-// row_bytes: what a tile load reads of a row; lda: bytes from row to row.
+// Rows of a, 16 at a time, for tile loads that take 16 whenever m > 16, so the
+// tiles keep one configuration (a last block of fewer rows would reload it
+// twice per block of K): that block is copied once per call into scratch, zero
+// rows after m (their sums are never stored). row_bytes: what a tile load
+// reads of a row; lda: bytes from row to row.
 class RowsOfA {
  public:
   RowsOfA(const uint8_t* a, int64_t lda, int64_t m, int64_t row_bytes)
@@ -352,7 +342,6 @@ class RowsOfA {
     }
   }
 
-  // Rows per tile load: m up to 16, else 16.
   int tile_rows() const { return whole_ < kTileRows ? static_cast<int>(whole_) : kTileRows; }
 
   // Rows [i, i + 16), i a multiple of 16 below m.
@@ -365,18 +354,16 @@ class RowsOfA {
   uint8_t* tail_ = nullptr;
 };
 
-// The tile GEMMs whose K runs in blocks of block_bytes, each with a scale of
-// its own per column of b (fp8's block scales, INT4's group scales): each 32
-// columns of b are widened into two panels once per call by widen(j, rows,
-// panel) (rows [j, j + rows) of b, rows <= 16, the rest zero, all tiles that
-// k_bytes reaches), then every 16 rows of a meet them in tiles 0, 1 one block
-// of K at a time, each block's sums (Dot::sums: fp32, or int32 made fp32) added
-// into fp32 totals times col_scale(column, block), and the totals times
-// row_scale (null: 1) of their row of a are c. The scales never touch the
-// widened values, as in avx512_bf16's kernel. Widening all of K before the
-// tiles keeps the loads of b in flight back to back, where widening a block of
-// K at a time into L1 stalls on each. Blocks of K are whole tile rows, or
-// halves (32 bytes: a multiply then takes 32 bytes of K).
+// The tile GEMMs whose K runs in blocks of block_bytes, each with its own scale
+// per column of b (fp8's block scales, INT4's group scales): each 32 columns of
+// b are widened into two panels once per call by widen(j, rows, panel) (rows
+// [j, j + rows) of b, rows <= 16, the rest zero, every tile k_bytes reaches),
+// then every 16 rows of a meet them in tiles 0, 1 a block of K at a time, each
+// block's sums (Dot::sums) added into fp32 totals times col_scale(column,
+// block); the totals times row_scale (null: 1) are c. The scales never touch
+// the widened values. All of K is widened before the tiles, keeping the loads
+// of b back to back, where a block at a time into L1 stalls on each. Blocks of
+// K are whole tile rows, or halves.
 template <class Dot, class ColScale, class Widen>
 void blocked_tile_gemm(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t lda, int64_t block_bytes,
                        ColScale col_scale, const float* row_scale, float* c, int64_t ldc, Widen widen) {
@@ -442,7 +429,6 @@ void blocked_tile_gemm(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, 
   _tile_release();
 }
 
-// fp8 times bf16 a: blocked_tile_gemm with the weight's block scales.
 template <class Widen>
 void fp8_tile_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const Fp8Scales& scales,
                    float* c, int64_t ldc, Widen widen) {
@@ -454,8 +440,6 @@ void fp8_tile_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t l
       nullptr, c, ldc, widen);
 }
 
-// fp8 rows: from kMinRows rows of a, on tiles; below, or for K or blocks of K
-// that do not split into whole tile rows, avx512_bf16's kernel.
 void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b, int64_t ldb,
                    const Fp8Scales& scales, float* c, int64_t ldc) {
   if (m < kMinRows || k % kTileValues != 0 || scales.block_k % kTileValues != 0) {
@@ -467,8 +451,6 @@ void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t l
                 [&](int64_t j, int rows, uint8_t* panel) { widen_panel(b, ldb, j, rows, k, panel); });
 }
 
-// fp8 in the line layout: from kMinRows rows of a, on tiles; below, or for
-// blocks of K that do not split into whole tile rows, avx512_bf16's kernel.
 void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
                          int64_t ldb, const Fp8Scales& scales, float* c, int64_t ldc) {
   if (m < kMinRows || scales.block_k % kTileValues != 0) {
@@ -482,11 +464,10 @@ void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
   });
 }
 
-// 4-bit weights are widened onto tiles once per call, for every row of a,
-// from this many rows; below, the AVX-512 kernels read them in registers.
-// The widening (a 16 x 16 transpose per 64 bytes of each 16 rows) costs about
-// 0.2 instructions a value: INT4's registers kernel is faster up to about 8
-// rows (qwen3-30b-a3b's shapes, 1 thread), MXFP4's is not from 4 on.
+// 4-bit weights are widened onto tiles once per call from this many rows of a;
+// below, the AVX-512 kernels read them in registers. The widening (a 16 x 16
+// transpose per 64 bytes of 16 rows, about 0.2 instructions a value) is slower
+// than INT4's register kernel up to about 8 rows, than MXFP4's not from 4 on.
 constexpr int64_t kW4a8MinRows = 16;
 constexpr int64_t kMxfp4MinRows = kMinRows;
 // Each row of 4-bit b prefetches this many bytes ahead, as the fp8 rows do.
@@ -541,9 +522,7 @@ void widen_w4a8_panel(const uint8_t* b, int64_t ldb, const Int4Groups& groups, i
   });
 }
 
-// INT4_W4A8 from kW4a8MinRows rows of a: widened onto int8 panels and run as
-// the int8 tile GEMM, group by group (blocked_tile_gemm: int32 sums of a group
-// times its scale in fp32).
+// INT4_W4A8 on int8 panels, group by group: a group's int32 sums times its scale in fp32.
 void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale, const uint8_t* b,
                int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
   if (m < kW4a8MinRows) {
@@ -566,8 +545,6 @@ void widen_mxfp4_panel(const uint8_t* b, int64_t ldb, const uint8_t* scale, int6
   });
 }
 
-// MXFP4 from kMxfp4MinRows rows of a: widened onto bf16 panels once per call
-// and run as the bf16 tile GEMM; below, avx512_bf16's fused kernel.
 void gemm_bf16_mxfp4(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b, int64_t ldb,
                      const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc) {
   if (m < kMxfp4MinRows) {
@@ -585,8 +562,6 @@ void gemm_bf16_mxfp4(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t
 // kMinRows it hands them to avx512_bf16's registers), so the driver never widens.
 bool takes_any_rows(int64_t) { return true; }
 
-// Tile-layout weights: no rearranging per call; below kMinRows rows of a,
-// where tiles would idle, avx512_bf16's AVX-512 kernels read them in place.
 void gemm_bf16_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
                      int64_t ldb, float* c, int64_t ldc) {
   if (m < kMinRows) {

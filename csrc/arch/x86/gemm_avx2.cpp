@@ -46,10 +46,9 @@ MOE_X86_INLINE __m256i hsum8_epi32(const __v8si (&v)[8]) {
                           _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
-// Edges go through memcpy rather than vmaskmov, whose masked-off lanes are
-// fine on hardware but not under every emulator, and whose stores are slow on
-// AMD before Zen 4.
-// The rem < W values at p, zero-padded to W.
+// The rem < W values at p, zero-padded to W. Edges go through memcpy, not
+// vmaskmov, whose masked-off lanes are fine on hardware but not under every
+// emulator, and whose stores are slow on AMD before Zen 4.
 template <class T, int W>
 struct Padded {
   alignas(32) T v[W];
@@ -295,7 +294,6 @@ struct Fp8Tiles {
 
   int64_t row_bytes() const { return ldb; }
 
-  // 16 bf16 values as fp32.
   static MOE_X86_INLINE void load_a(const uint16_t* src, __m256 (&v)[2]) {
     for (int h = 0; h < 2; ++h) {
       const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 8 * h));
@@ -371,8 +369,7 @@ void fp8_to_f32(int64_t cols, const uint8_t* src, const float* scale, int64_t bl
   fp8_row(cols, src, scale, block_k, dst);
 }
 
-// Up to this many rows of a, widening fp8 in registers beats widening each
-// tile once for gemm_bf16.
+// Up to this many rows of a, widening fp8 in registers beats widening each tile once.
 constexpr int64_t kFp8RegisterRows = 4;
 bool gemm_bf16_fp8_takes(int64_t m) { return m <= kFp8RegisterRows; }
 
@@ -418,9 +415,8 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
     x86::w4a8_tile<MR, NR>(*this, i, cols, k);
   }
 
-  // As gemm_int4_avx512.cpp's, but for the sums of whole groups: there each
-  // step's int16 pair sums (at most 4 * 15 * 127) add up over kInt16Steps
-  // steps before vpmaddwd widens them and their group's scale applies, once.
+  // As gemm_int4_avx512.cpp's, but a step's int16 pair sums add up over
+  // kInt16Steps steps before vpmaddwd widens them and their group's scale applies.
   template <int MR, int NR, bool kOneGroup>
   MOE_X86_INLINE void run(int64_t i, const x86::TileCols& cols, int64_t k) {
     const x86::W4A8Columns<NR> col(b, ldb, groups, cols);

@@ -3,8 +3,7 @@
 // own fp8 widening (byte-table lookups into bf16, AVX-512 VBMI; scales in
 // fp32). The rest is avx512's.
 #if defined(__GNUC__) && !defined(__clang__)
-// GCC 12's AVX-512 intrinsics start from _mm512_undefined_*(), which its own
-// -W(maybe-)uninitialized then reports once inlined (GCC PR 105593).
+// GCC PR 105593, as in gemm_avx512.cpp.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
@@ -45,11 +44,9 @@ struct DpBF16 {
 };
 
 // The fused fp8 GEMM's tiles: each block of K accumulates on its own and is
-// added into the totals times its rows' scales (2 x MR x NR registers of
-// fp32, so MR * NR <= 8). Tiles are MR = 4 rows of a tall, so each widened
-// vector of b meets every row; gemm_tiled runs them (kKBlock 0: the tiles
-// walk all of K themselves). A step is 64 values of K, what one widening
-// (x86::E4m3ToBF16) yields.
+// added into the totals times its rows' scales (2 x MR x NR fp32 registers, so
+// MR * NR <= 8). MR = 4 rows of a, so each widened vector of b meets every
+// row. A step is 64 values of K, one widening (x86::E4m3ToBF16).
 struct Fp8Tiles {
   static constexpr int kMR = 4;
   static constexpr int kNR = 2;
@@ -81,11 +78,10 @@ struct Fp8Tiles {
                            int64_t ahead, int64_t rem, __m512 (&acc)[MR][NR]) const {
     const __mmask64 lanes = kTail ? ~__mmask64{0} >> (kStep - rem) : 0;
     const __mmask32 first = static_cast<__mmask32>(lanes), second = static_cast<__mmask32>(lanes >> 32);
-    // Few rows of a: each row's 64 values are put in the order in which
-    // E4m3ToBF16::in_lanes widens b (K [0, 8), [16, 24), ... in the first
-    // vector, the other 8s in the second), two lane shuffles a row that save
-    // b's cross-lane interleaves, two per row of b. Dot products sum the
-    // lanes in the end, so only a's and b's orders must agree.
+    // Few rows of a: each row's 64 values are put in the order E4m3ToBF16::in_lanes
+    // widens b in (K [0, 8), [16, 24), ... in the first vector): two lane shuffles
+    // a row of a save two cross-lane interleaves a row of b, and dot products sum
+    // their lanes in the end.
     constexpr bool kInLanes = MR <= 2;
     __m512bh va[MR][2];
     for (int r = 0; r < MR; ++r) {
@@ -138,9 +134,8 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, 
   x86::gemm_float<DpBF16, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc);
 }
 
-// How far ahead of the row being widened to prefetch: the weights come from
-// memory once, and a prefetch in flight keeps more of them coming than the
-// hardware prefetcher alone.
+// The weights come from memory once: a prefetch this far ahead keeps more of
+// them coming than the hardware prefetcher alone.
 constexpr int64_t kWidenAhead = 1024;
 
 // 32 values at a time, by the lookup alone: bf16 holds every e4m3 value.
@@ -302,10 +297,10 @@ void gemm_s8_tiles(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda
             reinterpret_cast<const uint8_t*>(b));
 }
 
-// fp8 in the line layout (fp8_line_byte): one 16-column block at a time,
-// lanes are columns, so block scales apply lane by lane to each block of K's
-// sums. A Lines source gives line q's two bf16 pairs of the 16 columns.
-// The fp8 lines, widened in registers: few rows of a, each line used once.
+// fp8 in the line layout (fp8_line_byte): one 16-column block at a time, lanes
+// are columns, so block scales apply lane by lane to each block of K's sums. A
+// Lines source gives line q's two bf16 pairs of the 16 columns; these widen in
+// registers (few rows of a: each line used once).
 struct Fp8Lines {
   const x86::E4m3ToBF16& e4m3_to_bf16;
   const uint8_t* block;
@@ -400,12 +395,10 @@ struct LinesBF16Scaled : LinesBF16 {
   }
 };
 
-// fp8 in the line layout: up to 4 rows of a widen each line in registers.
-// More rows widen 4 blocks of columns once per block of K, exactly (e4m3 is
-// a subset of bf16), and run them as the bf16 GEMM does, its tiles sharing
-// each broadcast row of a among the 4 blocks; each block of K's sums take
-// their scales in fp32. A block of K not a whole number of 32-value panels
-// goes back to rows.
+// fp8 in the line layout: up to 4 rows of a widen each line in registers; more
+// widen 4 blocks of columns once per block of K, exactly, and run them as the
+// bf16 GEMM does, each block of K's sums taking their scales in fp32. A block
+// of K not a whole number of 32-value panels goes back to rows.
 void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
                          int64_t ldb, const Fp8Scales& sc, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmBF16Fp8Tiles);

@@ -1,15 +1,11 @@
-// AVX-512 (F, BW, VL, DQ, VNNI) INT4_W4A8 kernel, also that of the
-// avx512_bf16 and amx levels (MXFP4's: gemm_mxfp4_avx512.cpp).
-//
-// INT4_W4A8: a 64-byte load of b holds 128 values; its low nibbles are the
-// even ones and its high nibbles the odd ones, so each row of a is first put
-// in that order (per 128 values: the 64 even ones, then the 64 odd ones) and
-// vpdpbusd multiplies the nibbles (unsigned) by a (signed) as they are. A
-// 128-bit lane then covers 32 values, always within one group (groups are
-// multiples of 32), so the int32 lanes of a step turn into fp32 times their
-// group's scale (one value when groups are whole steps), and the zero points'
-// part, zero * sum of a, is taken away once per output from per-group sums.
-// The loop nest is loop_nest.h's.
+// The AVX-512 (F, BW, VL, DQ, VNNI) INT4_W4A8 kernel, also the avx512_bf16 and
+// amx levels'. A 64-byte load of b holds 128 values, the even ones in its low
+// nibbles and the odd ones in its high nibbles, so each row of a is first put
+// in that order (per 128 values: the 64 even, then the 64 odd) and vpdpbusd
+// multiplies the nibbles (unsigned) by a (signed) as they are. A 128-bit lane
+// covers 32 values, within one group (groups are multiples of 32), so a step's
+// int32 lanes turn into fp32 times their group's scale; the zero points' part,
+// zero * sum of a, is taken away once per output from per-group sums.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif

@@ -1,14 +1,13 @@
 // AVX2 + FMA + F16C MXFP4 kernels: rows widened for the GEMMs, and the fused
 // GEMM of few rows of a (mxfp4_tiles.h), FMA on fp32.
 //
-// The fused GEMM's step is 32 bytes of b, 64 values in 16 words of 4
-// nibbles, two blocks of 32 (bytes [0, 16) and [16, 32)). Its qwords are
-// first put in the order 0, 2, 1, 3, so that each 128-bit half holds 8
-// bytes of each block; part (t, h) of the step is nibble t of every word,
+// The fused GEMM's step is 32 bytes of b: 64 values in 16 words of 4 nibbles,
+// two blocks of 32. Its qwords are put in the order 0, 2, 1, 3, so each 128-bit
+// half holds 8 bytes of each block; part (t, h) is nibble t of every word,
 // moved to bits 8-11 and looked up by a byte shuffle as the high byte of the
-// value's fp16 bits (every E2M1 value is exact in fp16, with a zero low byte,
-// which the shuffle's zero index gives), then half h widened to fp32 by
-// vcvtph2ps: lanes [0, 4) in the first block, [4, 8) in the second.
+// value's fp16 bits (every E2M1 value is exact in fp16, with a zero low byte),
+// then half h widened by vcvtph2ps: lanes [0, 4) in the first block, [4, 8) in
+// the second.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -124,8 +123,7 @@ struct FmaMxfp4 {
   }
 };
 
-// Up to this many rows of a, MXFP4 is widened in registers; more rows widen
-// each tile once for gemm_bf16.
+// Up to this many rows of a, MXFP4 is widened in registers (KernelSet::gemm_bf16_mxfp4_takes).
 constexpr int kMxfp4TileRows = 4;
 
 }  // namespace

@@ -1,10 +1,6 @@
-// AVX-512 (F, BW, VL, DQ) MXFP4 kernels, also those of the avx512_bf16 and
-// amx levels but for the fused GEMM, which avx512_bf16 has on vdpbf16ps.
-//
-// Widening: a block of 32 values a step (mxfp4_avx512.h's mxfp4_block).
-//
-// The fused GEMM (mxfp4_tiles.h), FMA on fp32: a 64-byte step of b holds 16
-// dwords of 8 nibbles each; part t of the step is nibble t of every dword,
+// AVX-512 (F, BW, VL, DQ) MXFP4 kernels, also the avx512_bf16 and amx levels'
+// but for the fused GEMM. That GEMM (mxfp4_tiles.h), FMA on fp32: a 64-byte
+// step of b holds 16 dwords of 8 nibbles; part t is nibble t of every dword,
 // shifted down and looked up by vpermps (which reads the index's low 4 bits
 // only), so lane d of part t holds value 8 d + t - in block d / 4.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -66,8 +62,7 @@ struct FmaMxfp4 : x86::Mxfp4StepAvx512 {
   static MOE_X86_INLINE Acc madd(Acc acc, const float* a, Vec v) { return _mm512_fmadd_ps(_mm512_load_ps(a), v, acc); }
 };
 
-// Up to this many rows of a, MXFP4 is widened in registers; more rows widen
-// each tile once for gemm_bf16.
+// Up to this many rows of a, MXFP4 is widened in registers (KernelSet::gemm_bf16_mxfp4_takes).
 constexpr int kMxfp4TileRows = 4;
 
 }  // namespace

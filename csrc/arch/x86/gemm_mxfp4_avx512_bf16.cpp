@@ -69,8 +69,7 @@ struct DpBF16Mxfp4 : x86::Mxfp4StepAvx512 {
   }
 };
 
-// Up to this many rows of a, MXFP4 is widened in registers; more rows widen
-// each tile once for gemm_bf16.
+// Up to this many rows of a, MXFP4 is widened in registers (KernelSet::gemm_bf16_mxfp4_takes).
 constexpr int kMxfp4TileRows = 4;
 
 }  // namespace

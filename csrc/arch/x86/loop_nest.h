@@ -148,8 +148,7 @@ void stream_rows(Tiles& t, int64_t n, int64_t k, int64_t row_bytes) {
   }
 }
 
-// The loop nest every GEMM of every level runs. Tiles provides kMR x kNR
-// (m > 1) and 1 x kNR1 (m = 1) register tiles as
+// Tiles provides kMR x kNR (m > 1) and 1 x kNR1 (m = 1) register tiles as
 //   template <int MR, int NR> void tile(i, cols, p0, kk, first)
 // computing c rows [i, i + MR) x the TileCols, nb <= NR, over K values
 // [p0, p0 + kk): stored when p0 == 0, else added. `first` says that no

@@ -1,11 +1,9 @@
 // The MXFP4 code of the AVX-512 levels: the exact widening of a block of 32
-// values (avx512's rows, amx's tile panels), and what the fused MXFP4 GEMMs of
-// the avx512 and avx512_bf16 levels share (mxfp4_tiles.h's Op, but for the
-// values' type, decode and madd): a step is
-// 128 values of K, one 64-byte load of b, whose 128-bit lanes are its 4
-// blocks of 32; both levels' lookups keep every value in its block's lane,
-// so the scales apply lane by lane: lane l of 16 to block l / 4.
-// Templates in an anonymous namespace, as avx512_reduce.h. No C++ library headers.
+// values, and the step the fused GEMMs of avx512 and avx512_bf16 share
+// (mxfp4_tiles.h's Op but for A, decode and madd): 128 values of K, one 64-byte
+// load of b whose 128-bit lanes are its 4 blocks of 32. Both levels' lookups
+// keep each value in its block's lane, so lane l of 16 takes block l / 4's
+// scale. In an anonymous namespace (loop_nest.h says why).
 #pragma once
 #if !(defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__))
 #error "compiled only under the avx512 level flags and above (sources.cmake)"

@@ -3,14 +3,11 @@
 // loop nest (loop_nest.h). Templates in an anonymous namespace, as there.
 //
 // A step of Op::kStep values of K: its bytes of b are looked up in registers
-// into Op::kParts vectors of values (decode), each lane of which holds values
-// of one block of 32, the same block in every part, so that one vector of the
-// step's scales (scales) multiplies the lane sums of all parts.
-// Which values of K a part's lanes hold is whatever order the lookup leaves
-// them in: the rows of a are put in that order once (Op::source), a few rows
-// of K values each, rather than every vector of b put back in K's order.
-// A dot product sums its lanes in the end, so only a's and b's orders must
-// agree.
+// into Op::kParts vectors (decode) whose lanes each hold values of one block of
+// 32, the same block in every part, so one vector of scales multiplies the lane
+// sums of all parts. The few rows of a are put once in the order the lookup
+// leaves b's values in (Op::reorder), rather than every vector of b put back
+// in K's order: a dot product sums its lanes in the end.
 //
 // An Op has:
 //   A                     the type of a's values, as the parts multiply them
@@ -108,8 +105,7 @@ struct Mxfp4Tiles {
   }
 };
 
-// The Op's GEMM: a's m rows reordered into this thread's scratch, then the
-// loop nest over n rows of b.
+// The Op's GEMM: a's rows reordered once, into this thread's scratch.
 template <class Op>
 MOE_X86_INLINE void gemm_bf16_mxfp4_with(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                                          const uint8_t* b, int64_t ldb, const uint8_t* scale, int64_t scale_ld,

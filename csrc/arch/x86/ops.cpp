@@ -1,9 +1,5 @@
-// The x86_64 definitions of the ops declared in csrc/moe_xarch.h. They are
-// written with qualified names, so a signature that drifts from the one
-// declaration ("no declaration matches") fails this architecture's build.
-// One file per architecture on purpose, not one shared definition: an
-// architecture's entry point is where ports drift, and the drift proofs
-// (tests/drift) edit the aarch64 one and must see that build fail.
+// The x86_64 definitions of the ops of csrc/moe_xarch.h (arch/arm/ops.cpp says
+// why by qualified name, and one file per architecture).
 #include "core/dispatch.h"
 #include "core/fused_experts.h"
 #include "moe_xarch.h"

@@ -1,12 +1,8 @@
 // INT4_W4A8's operands as the avx2 and AVX-512 kernels read them, ISA-neutral
 // (gemm_int4_avx512.cpp says why this form): rows of a in step order (per
 // kStep values of K: the even ones, then the odd ones, zero-padded to whole
-// steps), their sums per group, zero-padded to whole vectors, and the group
-// of each 32-value chunk. The weights' group scales and zero points are read
-// as they are (Int4Groups).
-// Templates in an anonymous namespace on purpose: every including file gets
-// a private copy built with its own ISA flags, so the linker can never pick
-// one level's copy for another's path. No C++ library headers.
+// steps), their sums per group, and the group of each 32-value chunk. In an
+// anonymous namespace (loop_nest.h says why); no C++ library headers.
 #pragma once
 
 #include "arch/x86/loop_nest.h"
@@ -58,9 +54,7 @@ struct W4A8Operands {
   }
 };
 
-// What a level's W4A8 tiles read and write, whatever its vector width: the
-// prepared a, its row scales, the packed b with its groups and the fp32
-// output.
+// What a level's W4A8 tiles read and write, whatever its vector width.
 template <int64_t kStepValues>
 struct W4A8TileArgs {
   static constexpr int64_t kStep = kStepValues;  // values of K per vector step
