@@ -173,19 +173,22 @@ bool ExpertGemm::values_valid(int64_t expert, int64_t r0, int64_t r1) const {
     largest = std::max(largest, values[i]);
   }
   if (largest <= largest_valid) return true;
-  for (int64_t seen = bad_expert_.load(std::memory_order_relaxed);
-       expert < seen && !bad_expert_.compare_exchange_weak(seen, expert, std::memory_order_relaxed);) {
+  // The lowest expert's, whichever thread finds it first: the error is the same on every run.
+  const int64_t found = expert << 8 | largest;
+  for (int64_t seen = bad_value_.load(std::memory_order_relaxed);
+       found < seen && !bad_value_.compare_exchange_weak(seen, found, std::memory_order_relaxed);) {
   }
   return false;
 }
 
 void ExpertGemm::check_values() const {
-  const int64_t expert = bad_expert_.load(std::memory_order_relaxed);
-  if (expert == kNoBadExpert) return;
+  const int64_t found = bad_value_.load(std::memory_order_relaxed);
+  if (found == kNoBadValue) return;
+  const int64_t expert = found >> 8, value = found & 0xff;
   MOE_XARCH_CHECK(w_.dtype != kFloat4_e2m1fn_x2, "fused_experts_cpu: ", w_.name,
                   "_scale holds the E8M0 byte 255 (NaN in the OCP spec), which is not a scale (expert ", expert, ")");
-  MOE_XARCH_CHECK(false, "fused_experts_cpu: ", w_.name,
-                  "_zero must hold zero points in [0, 15], got a larger one (expert ", expert, ")");
+  MOE_XARCH_CHECK(false, "fused_experts_cpu: ", w_.name, "_zero must hold zero points in [0, 15], got ", value,
+                  " (expert ", expert, ")");
 }
 
 Scratch ExpertGemm::scratch() const {

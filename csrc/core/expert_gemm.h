@@ -93,8 +93,9 @@ class ExpertGemm {
   const KernelSet& kernels_;
   const MoeProblem& p_;
   const WeightOperand& w_;
-  mutable std::atomic<int64_t> bad_expert_{kNoBadExpert};
-  static constexpr int64_t kNoBadExpert = INT64_MAX;
+  // The lowest bad expert << 8 | the largest value of its tile: values_valid keeps the minimum.
+  mutable std::atomic<int64_t> bad_value_{kNoBadValue};
+  static constexpr int64_t kNoBadValue = INT64_MAX;
 };
 
 }  // namespace moe_xarch
