@@ -43,7 +43,7 @@ FOUR_BIT_KIND = {MoeCompMethod.INT4_W4A8: {torch.bfloat16: "gemm_w4a8"},
 FUSED_KIND = {(MoeCompMethod.MXFP4, torch.bfloat16): "gemm_bf16_mxfp4"}
 ACTIVATION_KIND = {"silu": "silu_and_mul", "swiglu": "swiglu"}
 # 32 tokens on 2 experts, one each: at least 16 rows of a for one of them, enough
-# for every level's own kernels (amx's tiles take 4, its INT4 tiles 16). K and 2N
+# for every level's own kernels (amx's tiles take 4). K and 2N
 # are multiples of 64 (whole vectors and tiles, and every tile layout's blocks apply).
 TOKENS, K, N, EXPERTS, TOPK = 32, 64, 32, 2, 1
 

@@ -3,7 +3,8 @@
 // there are rows of a enough to fill tiles; the rest is avx512_bf16's. A tile
 // multiply wants b as 4-byte groups of K interleaved across 16 columns, so each
 // 16-row block of b is transposed into a panel once per call, unless
-// convert_weight_packed stored it so (gemm_*_tiles). A call handed to
+// convert_weight_packed stored it so (gemm_*_tiles), or unless b is the first
+// operand, as INT4's is, with a in the panels. A call handed to
 // avx512_bf16's kernel is counted there (core/kernel_use.h).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -208,9 +209,8 @@ void tile_gemm_packed(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, i
 
 // The tile intrinsics take register numbers as literals: first and second
 // are tile_loop's first block of rows against panels 0 and 1, third and
-// fourth its second block; sums reads 16 sums of a stored tile row as fp32.
+// fourth its second block.
 struct DotBF16 {
-  static MOE_X86_INLINE __m512 sums(const int32_t* stored) { return _mm512_load_ps(stored); }
   MOE_X86_INLINE void first() const { _tile_dpbf16ps(0, 2, 3); }
   MOE_X86_INLINE void second() const { _tile_dpbf16ps(1, 2, 4); }
   MOE_X86_INLINE void third() const { _tile_dpbf16ps(6, 5, 3); }
@@ -218,9 +218,6 @@ struct DotBF16 {
 };
 
 struct DotS8 {
-  static MOE_X86_INLINE __m512 sums(const int32_t* stored) {
-    return _mm512_cvtepi32_ps(_mm512_load_si512(stored));
-  }
   MOE_X86_INLINE void first() const { _tile_dpbssd(0, 2, 3); }
   MOE_X86_INLINE void second() const { _tile_dpbssd(1, 2, 4); }
   MOE_X86_INLINE void third() const { _tile_dpbssd(6, 5, 3); }
@@ -354,19 +351,18 @@ class RowsOfA {
   uint8_t* tail_ = nullptr;
 };
 
-// The tile GEMMs whose K runs in blocks of block_bytes, each with its own scale
-// per column of b (fp8's block scales, INT4's group scales): each 32 columns of
-// b are widened into two panels once per call by widen(j, rows, panel) (rows
-// [j, j + rows) of b, rows <= 16, the rest zero, every tile k_bytes reaches),
-// then every 16 rows of a meet them in tiles 0, 1 a block of K at a time, each
-// block's sums (Dot::sums) added into fp32 totals times col_scale(column,
-// block); the totals times row_scale (null: 1) are c. The scales never touch
+// The bf16 tile GEMM whose K runs in blocks of block_bytes, each with its own
+// scale per column of b (fp8's block scales): each 32 columns of b are widened
+// into two panels once per call by widen(j, rows, panel) (rows [j, j + rows) of
+// b, rows <= 16, the rest zero, every tile k_bytes reaches), then every 16 rows
+// of a meet them in tiles 0, 1 a block of K at a time, each block's sums added
+// into fp32 totals (c) times col_scale(column, block). The scales never touch
 // the widened values. All of K is widened before the tiles, keeping the loads
 // of b back to back, where a block at a time into L1 stalls on each. Blocks of
 // K are whole tile rows, or halves.
-template <class Dot, class ColScale, class Widen>
+template <class ColScale, class Widen>
 void blocked_tile_gemm(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, int64_t lda, int64_t block_bytes,
-                       ColScale col_scale, const float* row_scale, float* c, int64_t ldc, Widen widen) {
+                       ColScale col_scale, float* c, int64_t ldc, Widen widen) {
   constexpr int kCols = 2 * kTileRows;
   const int64_t blocks = (k_bytes + block_bytes - 1) / block_bytes;
   const int64_t panel_bytes = (k_bytes + kTileBytes - 1) / kTileBytes * kTileSize;
@@ -375,13 +371,13 @@ void blocked_tile_gemm(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, 
   uint8_t* panel1 = panel0 + panel_bytes;
   float* col_scales = reinterpret_cast<float*>(panel1 + panel_bytes);  // [blocks][kCols]
   float* total = col_scales + blocks * kCols;                          // [m][kCols]
-  alignas(64) int32_t dots[kTileRows][kCols];
+  alignas(64) float dots[kTileRows][kCols];
   // A row of a meets a panel row of tiles: kTileBytes per tile of K.
   const RowsOfA rows_of_a(a, lda, m, panel_bytes / kTileRows);
   const int step = block_bytes % kTileBytes == 0 ? kTileBytes : kTileBytes / 2;
   const TileConfig config(rows_of_a.tile_rows(), 0, step);
   _tile_loadconfig(&config);
-  const Dot dot;
+  const DotBF16 dot;
   for (int64_t j = 0; j < n; j += kCols) {
     const int nb = static_cast<int>(n - j < kCols ? n - j : kCols);
     for (int q = 0; q < kCols; ++q) {
@@ -413,16 +409,15 @@ void blocked_tile_gemm(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, 
           const __m512 s = _mm512_load_ps(col_scales + blk * kCols + h);
           for (int r = 0; r < rows; ++r) {
             float* t = total + (i + r) * kCols + h;
-            _mm512_store_ps(t, _mm512_fmadd_ps(Dot::sums(&dots[r][h]), s, _mm512_load_ps(t)));
+            _mm512_store_ps(t, _mm512_fmadd_ps(_mm512_load_ps(&dots[r][h]), s, _mm512_load_ps(t)));
           }
         }
       }
     }
     for (int64_t i = 0; i < m; ++i) {
-      const __m512 scale = _mm512_set1_ps(row_scale ? row_scale[i] : 1.f);
       for (int h = 0; h < nb; h += kTileRows) {
         const __mmask16 lanes = nb - h >= kTileRows ? 0xffff : static_cast<__mmask16>((1u << (nb - h)) - 1);
-        _mm512_mask_storeu_ps(c + i * ldc + j + h, lanes, _mm512_mul_ps(_mm512_load_ps(total + i * kCols + h), scale));
+        _mm512_mask_storeu_ps(c + i * ldc + j + h, lanes, _mm512_load_ps(total + i * kCols + h));
       }
     }
   }
@@ -432,12 +427,12 @@ void blocked_tile_gemm(int64_t m, int64_t n, int64_t k_bytes, const uint8_t* a, 
 template <class Widen>
 void fp8_tile_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const Fp8Scales& scales,
                    float* c, int64_t ldc, Widen widen) {
-  blocked_tile_gemm<DotBF16>(
+  blocked_tile_gemm(
       m, n, 2 * k, reinterpret_cast<const uint8_t*>(a), 2 * lda, 2 * scales.block_k,
       [&](int64_t column, int64_t blk) {
         return scales.scale[(scales.row0 + column) / scales.block_n * scales.ld + blk];
       },
-      nullptr, c, ldc, widen);
+      c, ldc, widen);
 }
 
 void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b, int64_t ldb,
@@ -464,12 +459,6 @@ void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
   });
 }
 
-// 4-bit weights are widened onto tiles once per call from this many rows of a;
-// below, the AVX-512 kernels read them in registers. The widening (a 16 x 16
-// transpose per 64 bytes of 16 rows, about 0.2 instructions a value) is slower
-// than INT4's register kernel up to about 8 rows, than MXFP4's not from 4 on.
-constexpr int64_t kW4a8MinRows = 16;
-constexpr int64_t kMxfp4MinRows = kMinRows;
 // Each row of 4-bit b prefetches this many bytes ahead, as the fp8 rows do.
 constexpr int64_t kFourBitAhead = 512;
 
@@ -502,38 +491,175 @@ void widen_four_bit_panel(const uint8_t* b, int64_t ldb, int64_t j, int rows, in
   }
 }
 
-// INT4 as int8 (k a multiple of 32, as the groups): each value less its
-// group's zero point, in [-15, 15]; zeros past k.
-void widen_w4a8_panel(const uint8_t* b, int64_t ldb, const Int4Groups& groups, int64_t j, int rows, int64_t k,
-                      uint8_t* panel) {
-  const __m512i low = _mm512_set1_epi16(0x000f), high = _mm512_set1_epi16(0x0f00);
-  widen_four_bit_panel(b, ldb, j, rows, k, kTileBytes, panel, [&](int64_t row, int64_t p) {
-    const bool whole = k - p >= kTileBytes;  // 64 values, or the last 32
-    // Byte x of the row holds values 2 x (low nibble) and 2 x + 1: word x gets them as its two bytes.
-    const __m256i bytes = _mm256_maskz_loadu_epi8(whole ? ~__mmask32{0} : 0xffff, b + row * ldb + p / 2);
-    const __m512i w = _mm512_cvtepu8_epi16(bytes);
-    const __m512i q = _mm512_or_si512(_mm512_and_si512(w, low), _mm512_and_si512(_mm512_slli_epi16(w, 4), high));
-    // Values [p, p + 32) and [p + 32, p + 64) may be two groups.
-    const uint8_t* zero = groups.zero ? groups.zero + row * groups.ld : nullptr;
-    const char z0 = static_cast<char>(zero ? zero[p / groups.group] : 8);
-    const char z1 = static_cast<char>(zero && whole ? zero[(p + 32) / groups.group] : z0);
-    const __m512i zeros = _mm512_inserti64x4(_mm512_set1_epi8(z0), _mm256_set1_epi8(z1), 1);
-    return _mm512_maskz_sub_epi8(whole ? ~__mmask64{0} : 0xffffffffu, q, zeros);
-  });
+// INT4_W4A8 with the weights as the tiles' first operand: the transposed
+// product c^T = b a^T, so each row of b widens into a tile row as it lies,
+// with no transpose, and only the few rows of a go into panels, once per call.
+// Each group's int32 sums are stored and added into fp32 totals times its
+// scale.
+
+// Groups of K in flight: tile multiplies run in order, so a group's sums are
+// stored only after the next group's multiplies are issued.
+constexpr int kGroupsInFlight = 2;
+// Values of K widened at a time: that slice of 16 rows of b, and of the
+// panels of a, stays in L1 for every block of rows of a.
+constexpr int64_t kSliceValues = 512;
+
+// Tiles 0-3: group t's sums against two blocks of rows of a (2 t, 2 t + 1);
+// 4: 16 rows of b, 5 and 6: the two panels, `step` bytes of K.
+TileConfig w4a8_config(int step) {
+  TileConfig config(0, 0);
+  for (int t = 0; t < 7; ++t) {
+    config.rows[t] = static_cast<uint8_t>(t >= 5 ? step / 4 : kTileRows);
+    config.colsb[t] = static_cast<uint16_t>(t == 4 ? step : kTileBytes);
+  }
+  return config;
 }
 
-// INT4_W4A8 on int8 panels, group by group: a group's int32 sums times its scale in fp32.
+// The tile intrinsics take register numbers as literals: w4a8_config's
+// tiles of group t (0, 1) and block h (0, 1) of rows of a, by number.
+MOE_X86_INLINE void w4a8_dot(int t, int h) {
+  switch (2 * t + h) {
+    case 0: _tile_dpbssd(0, 4, 5); break;
+    case 1: _tile_dpbssd(1, 4, 6); break;
+    case 2: _tile_dpbssd(2, 4, 5); break;
+    default: _tile_dpbssd(3, 4, 6);
+  }
+}
+
+MOE_X86_INLINE void w4a8_zero(int t, int h) {
+  switch (2 * t + h) {
+    case 0: _tile_zero(0); break;
+    case 1: _tile_zero(1); break;
+    case 2: _tile_zero(2); break;
+    default: _tile_zero(3);
+  }
+}
+
+MOE_X86_INLINE void w4a8_store(int t, int h, int32_t* dst) {
+  switch (2 * t + h) {
+    case 0: _tile_stored(0, dst, kTileBytes); break;
+    case 1: _tile_stored(1, dst, kTileBytes); break;
+    case 2: _tile_stored(2, dst, kTileBytes); break;
+    default: _tile_stored(3, dst, kTileBytes);
+  }
+}
+
+// Values [lo, hi) (multiples of 64, or hi = k) of row `row` of 4-bit b, each
+// less its group's zero point (in [-15, 15]), into dst + lo (zeros past k to
+// the tile row's end).
+void widen_w4a8_row(const uint8_t* b, int64_t ldb, const Int4Groups& groups, int64_t row, int64_t lo, int64_t hi,
+                    int64_t k, int8_t* dst) {
+  const uint8_t* src = b + row * ldb;
+  const uint8_t* zero = groups.zero ? groups.zero + row * groups.ld : nullptr;
+  int64_t g = lo / groups.group, g_end = (g + 1) * groups.group;  // value p's group, and where it ends
+  for (int64_t p = lo; p < hi; p += kTileBytes) {
+    while (p >= g_end) ++g, g_end += groups.group;
+    _mm_prefetch(four_bit_ahead(b, ldb, row, p / 2, k / 2), _MM_HINT_T0);
+    const bool whole = k - p >= kTileBytes;  // 64 values, or the last 32
+    // Byte x holds values 2 x (low nibble) and 2 x + 1: word x gets them as its two bytes.
+    const __m512i w = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(whole ? ~__mmask32{0} : 0xffff, src + p / 2));
+    const __m512i q = _mm512_ternarylogic_epi32(w, _mm512_slli_epi16(w, 4), _mm512_set1_epi16(0x0f0f), 0xa8);  // (w | w << 4) & 0x0f0f
+    // Values [p, p + 32) and [p + 32, p + 64) may be two groups.
+    const char z0 = static_cast<char>(zero ? zero[g] : 8);
+    const char z1 = static_cast<char>(zero && whole ? zero[p + 32 < g_end ? g : g + 1] : z0);
+    const __m512i zeros = _mm512_inserti64x4(_mm512_set1_epi8(z0), _mm256_set1_epi8(z1), 1);
+    _mm512_store_si512(dst + p, _mm512_maskz_sub_epi8(whole ? ~__mmask64{0} : 0xffffffffu, q, zeros));
+  }
+}
+
 void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale, const uint8_t* b,
                int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
-  if (m < kW4a8MinRows) {
+  if (m < kMinRows) {
     avx512::gemm_w4a8(m, n, k, a, lda, a_scale, b, ldb, groups, c, ldc);
     return;
   }
   MOE_KERNEL_USE(kGemmW4A8);
-  blocked_tile_gemm<DotS8>(
-      m, n, k, reinterpret_cast<const uint8_t*>(a), lda, groups.group,
-      [&](int64_t column, int64_t group) { return groups.scale[column * groups.ld + group]; }, a_scale, c, ldc,
-      [&](int64_t j, int rows, uint8_t* panel) { widen_w4a8_panel(b, ldb, groups, j, rows, k, panel); });
+  const int64_t k_bytes = (k + kTileBytes - 1) / kTileBytes * kTileBytes;
+  const int64_t count = (k + groups.group - 1) / groups.group;
+  const int64_t a_blocks = (m + kTileRows - 1) / kTileRows;
+  // Slices end on group ends that are multiples of 64 values (a widening step), or at k.
+  const int64_t slice_groups = std::max<int64_t>(kSliceValues / groups.group / 2 * 2, 2);
+  // Each block of 16 rows of a as a panel; 16 widened rows of b; the fp32 totals
+  // of each block of rows of a, [block][row of b][row of a], and the group scales [group][16].
+  const int64_t panel_bytes = kTileRows * k_bytes, total_bytes = kTileRows * kTileRows * sizeof(float);
+  uint8_t* panels = thread_scratch(ScratchUse::kPanels, (a_blocks + 1) * panel_bytes + a_blocks * total_bytes +
+                                                            count * kTileRows * static_cast<int64_t>(sizeof(float)));
+  auto* w = reinterpret_cast<int8_t*>(panels + a_blocks * panel_bytes);
+  auto* totals = reinterpret_cast<float*>(w + panel_bytes);
+  float* b_scale = totals + a_blocks * kTileRows * kTileRows;
+  for (int64_t ib = 0; ib < a_blocks; ++ib) {
+    // The driver's rows of a are zero past k to a multiple of 64 values (core/activations.h).
+    pack_panel(reinterpret_cast<const uint8_t*>(a + ib * kTileRows * lda), lda, block_rows(m, ib * kTileRows),
+               k_bytes, panels + ib * panel_bytes);
+  }
+  const int step = groups.group % kTileBytes == 0 ? kTileBytes : kTileBytes / 2;
+  const TileConfig config = w4a8_config(step);
+  _tile_loadconfig(&config);
+  alignas(64) int32_t dots[kGroupsInFlight][2][kTileRows][kTileRows];
+  for (int64_t j = 0; j < n; j += kTileRows) {
+    const int nb = block_rows(n, j);
+    for (int64_t i = 0; i < a_blocks * kTileRows * kTileRows; i += kTileRows) {
+      _mm512_store_ps(totals + i, _mm512_setzero_ps());
+    }
+    for (int64_t s0 = 0; s0 < count; s0 += slice_groups) {
+      const int64_t s1 = std::min(count, s0 + slice_groups);
+      const int64_t lo = s0 * groups.group, hi = std::min(k, s1 * groups.group);
+      for (int r = 0; r < kTileRows; ++r) {
+        const int64_t row = j + (r < nb ? r : nb - 1);
+        widen_w4a8_row(b, ldb, groups, row, lo, hi, k, w + r * k_bytes);
+        for (int64_t g = s0; g < s1; ++g) b_scale[g * kTileRows + r] = groups.scale[row * groups.ld + g];
+      }
+      for (int64_t ib = 0; ib < a_blocks; ib += 2) {
+        const int halves = ib + 1 < a_blocks ? 2 : 1;
+        const uint8_t* panel0 = panels + ib * panel_bytes;
+        const uint8_t* panel1 = panel0 + panel_bytes;
+        for (int64_t g0 = s0; g0 < s1; g0 += kGroupsInFlight) {
+          const int in_flight = static_cast<int>(std::min<int64_t>(kGroupsInFlight, s1 - g0));
+          for (int t = 0; t < in_flight; ++t) {
+            const int64_t p0 = (g0 + t) * groups.group, p1 = std::min(k, p0 + groups.group);
+            w4a8_zero(t, 0);
+            if (halves == 2) w4a8_zero(t, 1);
+            for (int64_t p = p0; p < p1; p += step) {
+              _tile_loadd(4, w + p, k_bytes);
+              _tile_loadd(5, panel0 + kTileRows * p, kTileBytes);
+              w4a8_dot(t, 0);
+              if (halves == 2) {
+                _tile_loadd(6, panel1 + kTileRows * p, kTileBytes);
+                w4a8_dot(t, 1);
+              }
+            }
+          }
+          for (int t = 0; t < in_flight; ++t) {
+            for (int h = 0; h < halves; ++h) w4a8_store(t, h, &dots[t][h][0][0]);
+          }
+          for (int t = 0; t < in_flight; ++t) {
+            const float* scale = b_scale + (g0 + t) * kTileRows;
+            for (int h = 0; h < halves; ++h) {
+              float* total = totals + (ib + h) * kTileRows * kTileRows;
+#pragma GCC unroll 16
+              for (int r = 0; r < kTileRows; ++r) {
+                _mm512_store_ps(total + r * kTileRows,
+                                _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dots[t][h][r])),
+                                                _mm512_set1_ps(scale[r]), _mm512_load_ps(total + r * kTileRows)));
+              }
+            }
+          }
+        }
+      }
+    }
+    const __mmask16 lanes = static_cast<__mmask16>((1u << nb) - 1);
+    for (int64_t ib = 0; ib < a_blocks; ++ib) {
+      __m512i by_row[kTileRows];  // row r of b against the block's 16 rows of a
+      for (int r = 0; r < kTileRows; ++r) by_row[r] = _mm512_load_si512(totals + (ib * kTileRows + r) * kTileRows);
+      transpose16x16(by_row);  // by_row[i]: row i of the block of a against the 16 rows of b
+      for (int i = 0; i < block_rows(m, ib * kTileRows); ++i) {
+        const int64_t row = ib * kTileRows + i;
+        _mm512_mask_storeu_ps(c + row * ldc + j, lanes,
+                              _mm512_mul_ps(_mm512_castsi512_ps(by_row[i]), _mm512_set1_ps(a_scale[row])));
+      }
+    }
+  }
+  _tile_release();
 }
 
 // MXFP4 as bf16 (k a multiple of 32), widened exactly with its scales
@@ -547,7 +673,7 @@ void widen_mxfp4_panel(const uint8_t* b, int64_t ldb, const uint8_t* scale, int6
 
 void gemm_bf16_mxfp4(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b, int64_t ldb,
                      const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc) {
-  if (m < kMxfp4MinRows) {
+  if (m < kMinRows) {
     avx512_bf16::gemm_bf16_mxfp4(m, n, k, a, lda, b, ldb, scale, scale_ld, c, ldc);
     return;
   }
