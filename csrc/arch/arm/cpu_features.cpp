@@ -61,10 +61,10 @@ ArmFeatures detect() {
 std::vector<IsaLevel> isa_ladder() {
   static const ArmFeatures f = detect();
   const bool dotprod = f.asimd && f.asimddp;
-  return {{"generic", true, &kernels_generic},
-          {"neon", f.asimd, &kernels_neon},
-          {"dotprod", dotprod, &kernels_dotprod},
-          {"i8mm", dotprod && f.i8mm && f.bf16, &kernels_i8mm}};
+  return {{"generic", true, &generic::kernels},
+          {"neon", f.asimd, &neon::kernels},
+          {"dotprod", dotprod, &dotprod::kernels},
+          {"i8mm", dotprod && f.i8mm && f.bf16, &i8mm::kernels}};
 }
 
 }  // namespace moe_xarch

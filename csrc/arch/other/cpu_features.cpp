@@ -2,5 +2,5 @@
 #include "core/dispatch.h"
 
 std::vector<moe_xarch::IsaLevel> moe_xarch::isa_ladder() {
-  return {{"generic", true, &kernels_generic}};
+  return {{"generic", true, &generic::kernels}};
 }

@@ -90,11 +90,11 @@ Features detect() {
 
 std::vector<IsaLevel> isa_ladder() {
   static const Features f = detect();
-  return {{"generic", true, &kernels_generic},
-          {"avx2", f.avx2, &kernels_avx2},
-          {"avx512", f.avx512, &kernels_avx512},
-          {"avx512_bf16", f.avx512_bf16, &kernels_avx512_bf16},
-          {"amx", f.amx, &kernels_amx}};
+  return {{"generic", true, &generic::kernels},
+          {"avx2", f.avx2, &avx2::kernels},
+          {"avx512", f.avx512, &avx512::kernels},
+          {"avx512_bf16", f.avx512_bf16, &avx512_bf16::kernels},
+          {"amx", f.amx, &amx::kernels}};
 }
 
 }  // namespace moe_xarch
