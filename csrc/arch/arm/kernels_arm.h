@@ -15,10 +15,14 @@
 
 namespace moe_xarch {
 
+// Each level's set: <level>::kernels().
+#define MOE_LEVEL(level, test, flags, files) namespace level { const KernelSet& kernels(); }
+#include "arch/arm/levels.def"
+#undef MOE_LEVEL
+
 // neon: gemm_neon.cpp. Its bf16 and int8 GEMMs are every level's fallback
 // for k below its vector width.
 namespace neon {
-const KernelSet& kernels();
 void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
                float* c, int64_t ldc);
 void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale, const int8_t* b,
@@ -29,16 +33,11 @@ void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, cons
 // path for b in rows: a single row of a would leave half of every 2x2 SMMLA
 // tile unused.
 namespace dotprod {
-const KernelSet& kernels();
 void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale, const int8_t* b,
              int64_t ldb, const float* b_scale, const int32_t* b_sum, float* c, int64_t ldc);
 void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale, const uint8_t* b,
                int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc);
 }  // namespace dotprod
-
-namespace i8mm {
-const KernelSet& kernels();
-}  // namespace i8mm
 
 namespace {
 
