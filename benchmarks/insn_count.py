@@ -37,12 +37,13 @@ from benchmarks import determinism
 from harness.building import build
 from harness.common import console, paths, project
 from harness.plan import targets
+from harness.plan.levels import up_to
 from harness.setup import containers, images
 
 PLUGIN_DIR = paths.DOCKER / "qemu-plugin"
 BUNDLE = "/opt/qemu-plugin"  # where the plugin image keeps the bundle, and where runs mount it
 # TCG (QEMU 7.2) runs x86 code up to AVX2; an AVX-512 level would die with SIGILL.
-X86_LEVELS = ("generic", "avx2")
+X86_TOP = "avx2"
 EMULATOR = {"aarch64": "qemu-aarch64", "x86_64": "qemu-x86_64"}
 # M = 1 (decode) and a prefill M; fp8's kernels take minutes of emulation per prefill call.
 DEFAULT_TOKENS = [1, 32]
@@ -72,7 +73,8 @@ class Level:
 def planned_levels(target: object) -> list[Level]:
     if target.runner == "qemu":
         return [Level(target.arch, model.name, model.isa) for model in target.cpu_models]
-    return [Level(target.arch, "max", level) for level in X86_LEVELS if level in target.isa_levels]
+    return [Level(target.arch, "max", level) for level in up_to(targets.ARCHES[target.arch].sources, X86_TOP)
+            if level in target.isa_levels]
 
 
 # --- the plugin bundle ----------------------------------------------------------------

@@ -41,6 +41,7 @@ from benchmarks import determinism
 from harness.building import cross
 from harness.common import paths
 from harness.plan import targets
+from harness.plan.levels import up_to
 
 LLVM_MCA = "llvm-mca-19"  # 19 models Neoverse N1, V1 and V2 and Sapphire Rapids; 14 models them all as a Cortex-A57
 LLVM_PACKAGE = "llvm-19"
@@ -54,16 +55,20 @@ class Core:
     cpu: str  # llvm-mca's -mcpu
     machines: str  # where it is deployed
     ghz: float  # a nominal clock of those machines: only for the modelled GFLOP/s
-    levels: tuple[str, ...]  # the ISA levels it runs
+    top: str  # the highest ISA level it runs
+
+    @property
+    def levels(self) -> tuple[str, ...]:  # the ISA levels it runs
+        return up_to(targets.ARCHES[self.arch].sources, self.top)
 
 
 CORES = (
-    Core("aarch64", "neoverse-n1", "AWS Graviton2, Ampere Altra", 2.5, ("generic", "neon", "dotprod")),
-    Core("aarch64", "neoverse-v1", "AWS Graviton3", 2.6, ("generic", "neon", "dotprod", "i8mm")),
-    Core("aarch64", "neoverse-v2", "NVIDIA Grace, AWS Graviton4", 3.0, ("generic", "neon", "dotprod", "i8mm")),
+    Core("aarch64", "neoverse-n1", "AWS Graviton2, Ampere Altra", 2.5, "dotprod"),
+    Core("aarch64", "neoverse-v1", "AWS Graviton3", 2.6, "i8mm"),
+    Core("aarch64", "neoverse-v2", "NVIDIA Grace, AWS Graviton4", 3.0, "i8mm"),
     # llvm-mca has no AMX model (its tile instructions get a placeholder latency of 100): amx is not modelled.
-    Core("x86_64", "sapphirerapids", "Intel Xeon 4th gen", 2.0, ("generic", "avx2", "avx512", "avx512_bf16")),
-    Core("x86_64", "znver4", "AMD EPYC 9004", 2.4, ("generic", "avx2", "avx512", "avx512_bf16")),
+    Core("x86_64", "sapphirerapids", "Intel Xeon 4th gen", 2.0, "avx512_bf16"),
+    Core("x86_64", "znver4", "AMD EPYC 9004", 2.4, "avx512_bf16"),
 )
 
 
@@ -100,7 +105,7 @@ DROPPED = {"-c", "-MD", "-MMD", "--coverage"}
 
 
 def kernel_sources(database: Sequence[dict], tree: Path) -> list[KernelSource]:
-    """The compile commands of the files CMake gives a level (CMakeLists.txt's moe_level_source)."""
+    """The compile commands of the files CMake gives a level (its level table's)."""
     found = []
     for entry in database:
         arguments = entry.get("arguments") or shlex.split(entry["command"])

@@ -9,6 +9,20 @@
 namespace moe_xarch {
 namespace {
 
+// The levels, lowest first: generic, then the architecture's. Built once, as
+// amx's test asks the OS for tile state.
+const std::vector<IsaLevel>& isa_ladder() {
+  static const std::vector<IsaLevel> ladder = [] {
+    std::vector<IsaLevel> levels;
+#define MOE_LEVEL(level, test, flags, files) levels.push_back({#level, test, &level::kernels});
+#include "generic/levels.def"
+#undef MOE_LEVEL
+    add_arch_levels(levels);
+    return levels;
+  }();
+  return ladder;
+}
+
 std::vector<std::string> level_list(bool supported_only) {
   std::vector<std::string> names;
   for (const IsaLevel& level : isa_ladder()) {
@@ -29,7 +43,7 @@ struct Selected {
 };
 
 Selected select_level() {
-  const std::vector<IsaLevel> ladder = isa_ladder();
+  const std::vector<IsaLevel>& ladder = isa_ladder();
   const char* forced = std::getenv("MOE_XARCH_ISA");
   if (forced == nullptr || *forced == '\0') {
     const IsaLevel* best = nullptr;  // "generic" is always supported

@@ -15,10 +15,10 @@ struct IsaLevel {
   const KernelSet& (*kernels)();
 };
 
-// The architecture's levels, lowest first, "generic" first. Defined once per
-// architecture in csrc/arch/<arch>/cpu_features.cpp, which is compiled without
-// ISA flags so that detection itself never faults on an older CPU.
-std::vector<IsaLevel> isa_ladder();
+// Appends the architecture's levels above generic (its levels.def) to a
+// ladder that holds generic: csrc/arch/<arch>/cpu_features.cpp, compiled
+// without ISA flags so that detection itself never faults on an older CPU.
+void add_arch_levels(std::vector<IsaLevel>& ladder);
 
 // The highest supported level, or the one MOE_XARCH_ISA names (an unknown or
 // unsupported name is an error that lists the valid ones).

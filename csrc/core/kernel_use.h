@@ -33,7 +33,13 @@ inline constexpr int kKinds = sizeof(kKindNames) / sizeof(kKindNames[0]);
 // Every architecture's levels (isa() names), and "core": the driver's own
 // code, compiled for the baseline, which no level selects (packing).
 inline constexpr const char* kLevelNames[] = {
-    "core", "generic", "avx2", "avx512", "avx512_bf16", "amx", "neon", "dotprod", "i8mm"};
+    "core",
+#define MOE_LEVEL(level, test, flags, files) #level,
+#include "generic/levels.def"
+#include "arch/x86/levels.def"
+#include "arch/arm/levels.def"
+#undef MOE_LEVEL
+};
 inline constexpr int kLevels = sizeof(kLevelNames) / sizeof(kLevelNames[0]);
 
 constexpr bool same_name(const char* a, const char* b) {

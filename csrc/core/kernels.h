@@ -2,8 +2,9 @@
 //
 // torch-free on purpose: the per-ISA files are compiled with ISA flags and
 // must not emit copies of inline library functions that other translation
-// units could pick up; all of a kernel file but the KernelSet it exports lives
-// in an anonymous namespace.
+// units could pick up; all of a kernel file lives in an anonymous namespace
+// but what its level exports, named in the level's namespace: <level>::kernels()
+// and the functions it lends other levels (avx512::gemm_w4a8).
 //
 // All GEMMs are in dot-product form, matching the weights' layout (row =
 // output channel, K contiguous), overwriting c, in fp32 (int32 for int8):
@@ -101,30 +102,32 @@ using SwigluFn = void (*)(int64_t n, const float* h, const float* bias, float al
 using QuantizeRowFn = void (*)(int64_t n, const float* x, int8_t* q, float* scale);
 using AddWeightedFn = void (*)(int64_t n, float weight, const float* c, const float* bias, float* dst);
 
-// The portable fp8 conversions: what a level without its own uses.
-void fp8_to_bf16_generic(int64_t cols, const uint8_t* src, uint16_t* dst);
-void fp8_to_f32_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
-                        float* dst);
+struct KernelSet;
 
-// The portable 4-bit kernels: what a level without its own uses.
-void gemm_w4a8_generic(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
-                       const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc);
-void mxfp4_to_bf16_generic(int64_t cols, const uint8_t* src, const uint8_t* scale, uint16_t* dst);
-void mxfp4_to_f32_generic(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst);
-
+// The generic level (csrc/generic/): portable kernels, and what every KernelSet
+// holds until a level puts its own over them.
+namespace generic {
+const KernelSet& kernels();
+void fp8_to_bf16(int64_t cols, const uint8_t* src, uint16_t* dst);
+void fp8_to_f32(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, float* dst);
+void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+               const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc);
+void mxfp4_to_bf16(int64_t cols, const uint8_t* src, const uint8_t* scale, uint16_t* dst);
+void mxfp4_to_f32(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst);
 // The row loops built for the architecture's baseline.
-void silu_and_mul_generic(int64_t n, const float* gate, const float* up, const float* gate_bias,
-                          const float* up_bias, float* out);
-void swiglu_generic(int64_t n, const float* h, const float* bias, float alpha, float limit, float* out);
-void quantize_row_s8_generic(int64_t n, const float* x, int8_t* q, float* scale);
-void add_weighted_generic(int64_t n, float weight, const float* c, const float* bias, float* dst);
+void silu_and_mul(int64_t n, const float* gate, const float* up, const float* gate_bias, const float* up_bias,
+                  float* out);
+void swiglu(int64_t n, const float* h, const float* bias, float alpha, float limit, float* out);
+void quantize_row_s8(int64_t n, const float* x, int8_t* q, float* scale);
+void add_weighted(int64_t n, float weight, const float* c, const float* bias, float* dst);
+}  // namespace generic
 
 struct KernelSet {
   GemmF32Fn gemm_f32;
   GemmBF16Fn gemm_bf16;
   GemmS8Fn gemm_s8;
-  Fp8ToBF16Fn fp8_to_bf16 = fp8_to_bf16_generic;
-  Fp8ToF32Fn fp8_to_f32 = fp8_to_f32_generic;
+  Fp8ToBF16Fn fp8_to_bf16 = generic::fp8_to_bf16;
+  Fp8ToF32Fn fp8_to_f32 = generic::fp8_to_f32;
   GemmBF16Fp8Fn gemm_bf16_fp8 = nullptr;
   // Whether gemm_bf16_fp8 takes fp8 weights in the row layout for m rows of
   // a; if not, the driver widens each tile once for all rows, for gemm_bf16.
@@ -142,19 +145,29 @@ struct KernelSet {
   GemmBF16Fn gemm_bf16_tiles = nullptr;
   GemmS8Fn gemm_s8_tiles = nullptr;
   GemmBF16Fp8Fn gemm_bf16_fp8_tiles = nullptr;
-  GemmW4A8Fn gemm_w4a8 = gemm_w4a8_generic;
-  Mxfp4ToBF16Fn mxfp4_to_bf16 = mxfp4_to_bf16_generic;
-  Mxfp4ToF32Fn mxfp4_to_f32 = mxfp4_to_f32_generic;
+  GemmW4A8Fn gemm_w4a8 = generic::gemm_w4a8;
+  Mxfp4ToBF16Fn mxfp4_to_bf16 = generic::mxfp4_to_bf16;
+  Mxfp4ToF32Fn mxfp4_to_f32 = generic::mxfp4_to_f32;
   GemmBF16Mxfp4Fn gemm_bf16_mxfp4 = nullptr;
   // As gemm_bf16_fp8_takes, for MXFP4 weights (widened by mxfp4_to_bf16).
   TakesRowsFn gemm_bf16_mxfp4_takes = takes_no_rows;
-  SiluAndMulFn silu_and_mul = silu_and_mul_generic;
-  SwigluFn swiglu = swiglu_generic;
-  QuantizeRowFn quantize_row_s8 = quantize_row_s8_generic;
-  AddWeightedFn add_weighted = add_weighted_generic;
+  SiluAndMulFn silu_and_mul = generic::silu_and_mul;
+  SwigluFn swiglu = generic::swiglu;
+  QuantizeRowFn quantize_row_s8 = generic::quantize_row_s8;
+  AddWeightedFn add_weighted = generic::add_weighted;
 };
 
-// The portable path: plain C++, built on every architecture.
-const KernelSet& kernels_generic();
+// Every level above generic builds its set one way: the level below's, with
+// what the level brings put over it by `own`. Called once, from the level's
+// kernels(), which only a CPU that runs the level calls: the copy is compiled
+// with the level's ISA flags.
+namespace {
+template <class Own>
+KernelSet above(const KernelSet& below, Own own) {
+  KernelSet set = below;
+  own(set);
+  return set;
+}
+}  // namespace
 
 }  // namespace moe_xarch

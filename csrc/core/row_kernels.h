@@ -96,13 +96,12 @@ void add_weighted(int64_t n, float weight, const float* c, const float* bias, fl
   for (int64_t j = 0; j < n; ++j) dst[j] += weight * (c[j] + bias[j]);
 }
 
-// `set` with this translation unit's row loops: how a level exports them.
-constexpr KernelSet compiled_here(KernelSet set) {
+// Puts this translation unit's row loops in a level's set.
+constexpr void compiled_here(KernelSet& set) {
   set.silu_and_mul = silu_and_mul;
   set.swiglu = swiglu;
   set.quantize_row_s8 = quantize_row_s8;
   set.add_weighted = add_weighted;
-  return set;
 }
 
 }  // namespace

@@ -79,37 +79,36 @@ void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, cons
 
 }  // namespace
 
-void fp8_to_bf16_generic(int64_t cols, const uint8_t* src, uint16_t* dst) {
+void generic::fp8_to_bf16(int64_t cols, const uint8_t* src, uint16_t* dst) {
   MOE_KERNEL_USE(kFp8ToBF16);
   for (int64_t c = 0; c < cols; ++c) dst[c] = float_to_bf16(e4m3_to_float(src[c]));
 }
 
-void fp8_to_f32_generic(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k,
-                        float* dst) {
+void generic::fp8_to_f32(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, float* dst) {
   MOE_KERNEL_USE(kFp8ToF32);
   for (int64_t c = 0; c < cols; ++c) dst[c] = e4m3_to_float(src[c]) * scale[c / block_k];
 }
 
-void silu_and_mul_generic(int64_t n, const float* gate, const float* up, const float* gate_bias,
-                          const float* up_bias, float* out) {
+void generic::silu_and_mul(int64_t n, const float* gate, const float* up, const float* gate_bias,
+                           const float* up_bias, float* out) {
   row_kernels::silu_and_mul(n, gate, up, gate_bias, up_bias, out);
 }
 
-void swiglu_generic(int64_t n, const float* h, const float* bias, float alpha, float limit, float* out) {
+void generic::swiglu(int64_t n, const float* h, const float* bias, float alpha, float limit, float* out) {
   row_kernels::swiglu(n, h, bias, alpha, limit, out);
 }
 
-void quantize_row_s8_generic(int64_t n, const float* x, int8_t* q, float* scale) {
+void generic::quantize_row_s8(int64_t n, const float* x, int8_t* q, float* scale) {
   row_kernels::quantize_row_s8(n, x, q, scale);
 }
 
-void add_weighted_generic(int64_t n, float weight, const float* c, const float* bias, float* dst) {
+void generic::add_weighted(int64_t n, float weight, const float* c, const float* bias, float* dst) {
   row_kernels::add_weighted(n, weight, c, bias, dst);
 }
 
 bool takes_no_rows(int64_t) { return false; }
 
-const KernelSet& kernels_generic() {
+const KernelSet& generic::kernels() {
   static const KernelSet kernels{gemm_f32, gemm_bf16, gemm_s8};
   return kernels;
 }

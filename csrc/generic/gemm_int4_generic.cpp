@@ -32,8 +32,8 @@ uint16_t float_to_bf16(float value) {  // the values here are exact in bf16 or i
 
 }  // namespace
 
-void gemm_w4a8_generic(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
-                       const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
+void generic::gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+                        const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmW4A8);
   for (int64_t i = 0; i < m; ++i) {
     const int8_t* row_a = a + i * lda;
@@ -54,12 +54,12 @@ void gemm_w4a8_generic(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t
   }
 }
 
-void mxfp4_to_bf16_generic(int64_t cols, const uint8_t* src, const uint8_t* scale, uint16_t* dst) {
+void generic::mxfp4_to_bf16(int64_t cols, const uint8_t* src, const uint8_t* scale, uint16_t* dst) {
   MOE_KERNEL_USE(kMxfp4ToBF16);
   mxfp4_row(cols, src, scale, dst, float_to_bf16);
 }
 
-void mxfp4_to_f32_generic(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst) {
+void generic::mxfp4_to_f32(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst) {
   MOE_KERNEL_USE(kMxfp4ToF32);
   mxfp4_row(cols, src, scale, dst, [](float v) { return v; });
 }

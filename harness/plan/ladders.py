@@ -4,33 +4,23 @@ A level is run where the table selects it: a native target runs each of its
 isa-levels that the host has, an emulated one the level of each CPU model. A level
 that no run of the table selects is named in the target's proven-elsewhere, with
 where its record comes from (a machine that has it: harness/proving/prove.py); otherwise
-the table is refused, naming the level. The ladders are the package's own
-declaration of each architecture's levels (expected_kernels.ARCHITECTURE_LEVELS);
-the publish gate then counts the levels the built library reports (harness/proving/gate.py).
+the table is refused, naming the level. The ladders are the build's own declaration
+of each architecture's levels (the level tables, harness/plan/levels.py); the publish
+gate then counts the levels the built library reports (harness/proving/gate.py).
 """
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Mapping
-from pathlib import Path
 
-from harness.common.paths import PACKAGE_SOURCES
-from harness.common.project import PACKAGE
+from harness.plan import levels
 from harness.plan.runners import runner_for
-from harness.plan.targets import TableError, Target
-
-DECLARATION = PACKAGE_SOURCES / PACKAGE / "expected_kernels.py"
-LADDERS = "ARCHITECTURE_LEVELS"
+from harness.plan.targets import ARCHES, TableError, Target
 
 
-def declared_ladders(path: Path = DECLARATION) -> Mapping[str, tuple[str, ...]]:
-    """Each architecture's levels, lowest first, read from the package's sources (a
-    literal there) without importing the package, which loads the compiled library."""
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == LADDERS:
-            return ast.literal_eval(node.value)
-    raise TableError(f"{path}: no {LADDERS} literal to read the levels from")
+def declared_ladders() -> Mapping[str, tuple[str, ...]]:
+    """Each architecture's levels, lowest first, as the level tables declare them."""
+    return {arch: levels.names(spec.sources) for arch, spec in ARCHES.items()}
 
 
 def selected(target: Target) -> dict[str, str]:

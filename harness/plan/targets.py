@@ -23,6 +23,7 @@ from typing import Any
 from harness.common.errors import HarnessError
 from harness.common.paths import PYPROJECT
 from harness.common.project import NAME, TABLE
+from harness.plan import levels
 
 
 class TableError(HarnessError):
@@ -93,7 +94,7 @@ class Target:
     torch: str  # the requirement the image installs and the wheel builds against
     runner: str
     base_image: str = ""  # a registry image to start from instead of a debootstrap root
-    isa_levels: tuple[str, ...] = ()  # native: every level to test where supported
+    isa_levels: tuple[str, ...] = ()  # native: every level to test where supported (default: the arch's ladder)
     cpu_models: tuple[CpuModel, ...] = ()  # qemu: one test run per model
     builders: tuple[str, ...] = ("cibuildwheel",)  # names in harness/building/builders.py, in order of preference
     # levels no run of the table selects, each with where its record comes from (harness/plan/ladders.py)
@@ -278,6 +279,8 @@ def _parse_target(arch: str, row: Mapping[str, Any]) -> Target:
     if fields["runner"] == "native":
         if cpu_models:
             raise TableError(f"{where}: cpu-models apply to runner = \"qemu\" only")
+        if "isa_levels" not in fields:  # every level of the arch's ladder (the host runs those it has)
+            isa_levels = levels.names(ARCHES[arch].sources)
         if not isa_levels:
             raise TableError(f"{where}: a native target needs isa-levels")
     else:

@@ -12,8 +12,8 @@ Each run runs the parts of the suite the test sessions' plan gives it (harness/p
 designated()): the level-independent tests once per arch; the CPU models side by side, as
 there.
 
-The verdict: under each level, the level's own kernel files (those CMake compiles for it,
-moe_level_source), and over all of an arch's runs together, the files they share
+The verdict: under each level, the level's own kernel files (those its level table names,
+which CMake compiles for it), and over all of an arch's runs together, the files they share
 (csrc/arch/<arch>/*.h, csrc/core/), have no line left unexecuted that a marker in the C++
 (read_markers) or the closing-brace rule does not explain.
 """
@@ -35,6 +35,7 @@ from harness.building import cross
 from harness.common import console
 from harness.common.paths import COVERAGE_BUILD, COVERAGE_REPORTS, IMAGE_CONTEXTS, REPO
 from harness.common.project import ENV_PREFIX, SUPPORTED_ISAS
+from harness.plan.levels import ladder
 from harness.plan.runners import SuiteRun, runner_for, selections
 from harness.plan.targets import ARCHES, Target, load_targets, select
 from harness.running import suite
@@ -214,18 +215,10 @@ def gcov_env(prefix: str, build_dir: Path) -> dict[str, str]:
     return {"GCOV_PREFIX": prefix, "GCOV_PREFIX_STRIP": str(len(build_dir.resolve().parts) - 1)}
 
 
-# CMake names each kernel file's level where it sets the file's ISA flags.
-LEVEL_SOURCE = re.compile(r"^\s*moe_level_source\(\s*(\S+)\s+(\w+)", re.MULTILINE)
-
-
 def level_sources(root: Path = REPO) -> dict[str, str]:
-    """Kernel file -> the level it is compiled for, as the build declares it
-    (moe_level_source in CMakeLists.txt and csrc/arch/*/sources.cmake)."""
-    found: dict[str, str] = {}
-    for cmake in [root / "CMakeLists.txt", *sorted(root.glob("csrc/arch/*/sources.cmake"))]:
-        for path, level in LEVEL_SOURCE.findall(cmake.read_text()):
-            found[path] = level
-    return found
+    """Kernel file -> the level it is compiled for, as the level tables declare it."""
+    return {path: level.name for arch in ARCHES.values() for level in ladder(arch.sources, root)
+            for path in level.files}
 
 
 def own_files(arch: str, level: str, declared: Mapping[str, str]) -> list[str]:

@@ -59,8 +59,8 @@ class Drift:
 
 RUNS_DOTPRODS_INT8_GEMM = Drift(
     name="runs-dotprods-int8-gemm",
-    pristine=".gemm_s8 = gemm_s8_i8mm,",
-    drifted=".gemm_s8 = gemm_s8_dotprod,",
+    pristine="set.gemm_s8 = gemm_s8;",
+    drifted="set.gemm_s8 = dotprod::gemm_s8;",
     selection="test_the_level_runs_its_own_kernels and int8",
 )
 # The int8 numbers the drift leaves right (test_fused_experts.py's int8 cases).

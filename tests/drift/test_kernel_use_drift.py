@@ -37,20 +37,13 @@ class Drift:
 DRIFTS = {
     "x86_64": Drift(
         level="avx2", lower="generic", source="csrc/arch/x86/gemm_avx2.cpp",
-        pristine="const KernelSet& kernels_avx2() { return kKernels; }",
-        drifted="const KernelSet& kernels_avx2() {\n"
-                "  static const KernelSet kernels = [] {\n"
-                "    KernelSet set = kKernels;\n"
-                "    set.gemm_s8 = kernels_generic().gemm_s8;\n"
-                "    return set;\n"
-                "  }();\n"
-                "  return kernels;\n"
-                "}",
+        pristine="set.gemm_s8 = gemm_s8;",
+        drifted="set.gemm_s8 = generic::kernels().gemm_s8;",
     ),
     "aarch64": Drift(
         level="dotprod", lower="neon", source="csrc/arch/arm/gemm_dotprod.cpp",
-        pristine=".gemm_s8 = gemm_s8_dotprod,",
-        drifted=".gemm_s8 = gemm_s8_neon,",
+        pristine="set.gemm_s8 = gemm_s8;",
+        drifted="set.gemm_s8 = neon::gemm_s8;",
     ),
 }
 KERNEL_USE_TEST = "tests/kernels/test_kernel_use.py"

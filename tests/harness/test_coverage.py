@@ -90,9 +90,10 @@ def test_instantiations_of_a_line_are_merged_and_their_branches_kept_apart():
 
 def write_sources(root: Path) -> None:
     for path, text in {
-        "CMakeLists.txt": "moe_level_source(csrc/generic/gemm_generic.cpp generic)\n",
-        "csrc/arch/arm/sources.cmake": "moe_level_source(csrc/arch/arm/gemm_neon.cpp neon -march=armv8-a)\n"
-                                       "  moe_level_source(csrc/arch/arm/gemm_i8mm.cpp i8mm\n  -march=x)\n",
+        "csrc/generic/levels.def": 'MOE_LEVEL(generic, true, "", "gemm_generic.cpp")\n',
+        "csrc/arch/arm/levels.def": '// a comment\nMOE_LEVEL(neon, f.asimd, "-march=armv8-a", "gemm_neon.cpp")\n'
+                                    'MOE_LEVEL(i8mm, f.i8mm && f.bf16, "-march=x", "gemm_i8mm.cpp")\n',
+        "csrc/arch/x86/levels.def": "",
         "csrc/generic/gemm_generic.cpp": "a\n",
         "csrc/arch/arm/gemm_i8mm.cpp": "a\nk tail\n",
         "csrc/arch/arm/gemm_neon.cpp": "a\nb\n",

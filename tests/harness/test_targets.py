@@ -44,7 +44,7 @@ def _row(table, arch: str, **changes) -> dict:
         ("aarch64", {"cpu-models": None}, "a qemu target needs cpu-models"),
         ("aarch64", {"isa-levels": ["neon"]}, "isa-levels apply to runner = \"native\" only"),
         ("x86_64", {"cpu-models": {"max": "x"}}, "cpu-models apply to runner = \"qemu\" only"),
-        ("x86_64", {"isa-levels": None}, "a native target needs isa-levels"),
+        ("x86_64", {"isa-levels": []}, "a native target needs isa-levels"),
         ("aarch64", {"builders": "cross"}, "builders must be a list, not str"),
         ("aarch64", {"qemu-cpu-options": {"a72": "x=1"}}, "qemu-cpu-options: unknown CPU model 'a72'; known: cortex-a72"),
         ("aarch64", {"qemu-cpu-options": {"max": 16}}, "qemu-cpu-options values must be strings"),

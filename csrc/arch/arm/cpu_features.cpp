@@ -1,6 +1,6 @@
-// The aarch64 ladder. Compiled without ISA flags, so that detection itself
-// runs on any aarch64 CPU; the kernels it hands out are only called when the
-// kernel's HWCAP bits are present.
+// Which aarch64 kernel levels this CPU runs. Compiled without ISA flags, so
+// that detection itself runs on any aarch64 CPU; the kernels it hands out are
+// only called when the kernel's HWCAP bits are present.
 #include <vector>
 
 #if defined(__linux__)
@@ -58,13 +58,12 @@ ArmFeatures detect() {
 
 }  // namespace
 
-std::vector<IsaLevel> isa_ladder() {
-  static const ArmFeatures f = detect();
-  const bool dotprod = f.asimd && f.asimddp;
-  return {{"generic", true, &kernels_generic},
-          {"neon", f.asimd, &kernels_neon},
-          {"dotprod", dotprod, &kernels_dotprod},
-          {"i8mm", dotprod && f.i8mm && f.bf16, &kernels_i8mm}};
+void add_arch_levels(std::vector<IsaLevel>& ladder) {
+  const ArmFeatures f = detect();
+#define MOE_LEVEL(level, test, flags, files) \
+  ladder.push_back({#level, ladder.back().supported && (test), &level::kernels});
+#include "arch/arm/levels.def"
+#undef MOE_LEVEL
 }
 
 }  // namespace moe_xarch

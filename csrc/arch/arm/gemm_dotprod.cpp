@@ -27,31 +27,27 @@ struct W4A8Dot {
 }  // namespace
 
 // b_sum is unused: SDOT is signed times signed.
-void gemm_s8_dotprod(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
-                     const float* a_scale, const int8_t* b, int64_t ldb, const float* b_scale,
-                     const int32_t* b_sum, float* c, int64_t ldc) {
+void dotprod::gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+                      const int8_t* b, int64_t ldb, const float* b_scale, const int32_t* b_sum, float* c,
+                      int64_t ldc) {
   if (k < S8DotOps::kW) {
-    return gemm_s8_neon(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
+    return neon::gemm_s8(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
   }
   MOE_KERNEL_USE(kGemmS8);
   gemm_dot<S8DotOps, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc, a_scale, b_scale);
 }
 
-void gemm_w4a8_dotprod(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
-                       const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
+void dotprod::gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+                        const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmW4A8);
   gemm_w4a8_tiled<W4A8Dot, 4, 4, 8>(m, n, k, a, lda, a_scale, b, ldb, groups, c, ldc);
 }
 
-const KernelSet& kernels_dotprod() {
-  static const KernelSet kernels{.gemm_f32 = gemm_f32_neon,
-                                 .gemm_bf16 = gemm_bf16_neon,
-                                 .gemm_s8 = gemm_s8_dotprod,
-                                 .gemm_w4a8 = gemm_w4a8_dotprod,
-                                 .mxfp4_to_bf16 = mxfp4_to_bf16_neon,
-                                 .mxfp4_to_f32 = mxfp4_to_f32_neon,
-                                 .gemm_bf16_mxfp4 = gemm_bf16_mxfp4_neon,
-                                 .gemm_bf16_mxfp4_takes = gemm_bf16_mxfp4_takes_neon};
+const KernelSet& dotprod::kernels() {
+  static const KernelSet kernels = above(neon::kernels(), [](KernelSet& set) {
+    set.gemm_s8 = gemm_s8;
+    set.gemm_w4a8 = gemm_w4a8;
+  });
   return kernels;
 }
 

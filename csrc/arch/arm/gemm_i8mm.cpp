@@ -411,9 +411,9 @@ void gemm_mmla(int64_t m, int64_t n, int64_t k, const typename Ops::T* a, int64_
       });
 }
 
-void gemm_bf16_i8mm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
-                    const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
-  if (k < MmlaBF16::kW) return gemm_bf16_neon(m, n, k, a, lda, b, ldb, c, ldc);
+void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
+               float* c, int64_t ldc) {
+  if (k < MmlaBF16::kW) return neon::gemm_bf16(m, n, k, a, lda, b, ldb, c, ldc);
   MOE_KERNEL_USE(kGemmBF16);
   if (m == 1) {
     return gemm_dot<BF16DotOps, 1, 8, 8>(m, n, k, a, lda, b, ldb, c, ldc, nullptr, nullptr);
@@ -422,33 +422,32 @@ void gemm_bf16_i8mm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t 
 }
 
 // b_sum is unused: SMMLA is signed times signed.
-void gemm_s8_i8mm(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
-                  const float* a_scale, const int8_t* b, int64_t ldb, const float* b_scale,
-                  const int32_t* b_sum, float* c, int64_t ldc) {
-  if (m == 1) return gemm_s8_dotprod(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
-  if (k < MmlaS8::kW) return gemm_s8_neon(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
+void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale, const int8_t* b,
+             int64_t ldb, const float* b_scale, const int32_t* b_sum, float* c, int64_t ldc) {
+  if (m == 1) return dotprod::gemm_s8(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
+  if (k < MmlaS8::kW) return neon::gemm_s8(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
   MOE_KERNEL_USE(kGemmS8);
   gemm_mmla<MmlaS8, RowsOfB>(m, n, k, a, lda, b, ldb, c, ldc, a_scale, b_scale);
 }
 
 // b in the kTiles2 layout, decode included: one row of a uses half of each
 // MMLA, as many MACs an instruction as the dot product's kernel.
-void gemm_bf16_tiles_i8mm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
-                          int64_t ldb, float* c, int64_t ldc) {
+void gemm_bf16_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+                     int64_t ldb, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmBF16Tiles);
   gemm_mmla<MmlaBF16, TilesOfB>(m, n, k, a, lda, b, ldb, c, ldc, nullptr, nullptr);
 }
 
-void gemm_s8_tiles_i8mm(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
-                        const int8_t* b, int64_t ldb, const float* b_scale, const int32_t* /*b_sum*/, float* c,
-                        int64_t ldc) {
+void gemm_s8_tiles(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+                   const int8_t* b, int64_t ldb, const float* b_scale, const int32_t* /*b_sum*/, float* c,
+                   int64_t ldc) {
   MOE_KERNEL_USE(kGemmS8Tiles);
   gemm_mmla<MmlaS8, TilesOfB>(m, n, k, a, lda, b, ldb, c, ldc, a_scale, b_scale);
 }
 
-void gemm_w4a8_i8mm(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
-                    const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
-  if (m == 1) return gemm_w4a8_dotprod(m, n, k, a, lda, a_scale, b, ldb, groups, c, ldc);
+void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+               const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
+  if (m == 1) return dotprod::gemm_w4a8(m, n, k, a, lda, a_scale, b, ldb, groups, c, ldc);
   MOE_KERNEL_USE(kGemmW4A8);
   const W4A8Operands ops(m, n, k, a, lda, groups);
   const W4A8Call w{k, groups.group, a, lda, a_scale, b, ldb, ops, c, ldc};
@@ -458,28 +457,27 @@ void gemm_w4a8_i8mm(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t ld
   });
 }
 
-bool gemm_bf16_mxfp4_takes_i8mm(int64_t m) { return mxfp4_takes<Mxfp4BFDot>(m); }
+bool gemm_bf16_mxfp4_takes(int64_t m) { return mxfp4_takes<Mxfp4BFDot>(m); }
 
-void gemm_bf16_mxfp4_i8mm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
-                          int64_t ldb, const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc) {
+void gemm_bf16_mxfp4(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
+                     int64_t ldb, const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmBF16Mxfp4);
   gemm_bf16_mxfp4_tiled<Mxfp4BFDot>(m, n, k, a, lda, b, ldb, scale, scale_ld, c, ldc);
 }
 
 }  // namespace
 
-const KernelSet& kernels_i8mm() {
-  static const KernelSet kernels{.gemm_f32 = gemm_f32_neon,
-                                 .gemm_bf16 = gemm_bf16_i8mm,
-                                 .gemm_s8 = gemm_s8_i8mm,
-                                 .tiles = PackLayout::kTiles2,
-                                 .gemm_bf16_tiles = gemm_bf16_tiles_i8mm,
-                                 .gemm_s8_tiles = gemm_s8_tiles_i8mm,
-                                 .gemm_w4a8 = gemm_w4a8_i8mm,
-                                 .mxfp4_to_bf16 = mxfp4_to_bf16_neon,
-                                 .mxfp4_to_f32 = mxfp4_to_f32_neon,
-                                 .gemm_bf16_mxfp4 = gemm_bf16_mxfp4_i8mm,
-                                 .gemm_bf16_mxfp4_takes = gemm_bf16_mxfp4_takes_i8mm};
+const KernelSet& i8mm::kernels() {
+  static const KernelSet kernels = above(dotprod::kernels(), [](KernelSet& set) {
+    set.gemm_bf16 = gemm_bf16;
+    set.gemm_s8 = gemm_s8;
+    set.tiles = PackLayout::kTiles2;
+    set.gemm_bf16_tiles = gemm_bf16_tiles;
+    set.gemm_s8_tiles = gemm_s8_tiles;
+    set.gemm_w4a8 = gemm_w4a8;
+    set.gemm_bf16_mxfp4 = gemm_bf16_mxfp4;
+    set.gemm_bf16_mxfp4_takes = gemm_bf16_mxfp4_takes;
+  });
   return kernels;
 }
 

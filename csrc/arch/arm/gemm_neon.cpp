@@ -175,10 +175,8 @@ void gemm_short_k(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, cons
   }
 }
 
-}  // namespace
-
-void gemm_f32_neon(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                   int64_t ldb, float* c, int64_t ldc) {
+void gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+              int64_t ldc) {
   MOE_KERNEL_USE(kGemmF32);
   if (k < F32Ops::kW) {
     return gemm_short_k<float>(m, n, k, a, lda, b, ldb, c, ldc, nullptr, nullptr,
@@ -187,8 +185,10 @@ void gemm_f32_neon(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
   gemm_dot<F32Ops, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc, nullptr, nullptr);
 }
 
-void gemm_bf16_neon(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
-                    const uint16_t* b, int64_t ldb, float* c, int64_t ldc) {
+}  // namespace
+
+void neon::gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+                     int64_t ldb, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmBF16);
   if (k < BF16Ops::kW) {
     return gemm_short_k<float>(m, n, k, a, lda, b, ldb, c, ldc, nullptr, nullptr, bf16_to_f32);
@@ -204,9 +204,9 @@ void gemm_bf16_neon(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t 
 }
 
 // b_sum is unused: signed times signed needs no correction term.
-void gemm_s8_neon(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
-                  const float* a_scale, const int8_t* b, int64_t ldb, const float* b_scale,
-                  const int32_t* /*b_sum*/, float* c, int64_t ldc) {
+void neon::gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+                   const int8_t* b, int64_t ldb, const float* b_scale, const int32_t* /*b_sum*/, float* c,
+                   int64_t ldc) {
   MOE_KERNEL_USE(kGemmS8);
   if (k < S8Ops::kW) {
     return gemm_short_k<int32_t>(m, n, k, a, lda, b, ldb, c, ldc, a_scale, b_scale,
@@ -215,13 +215,17 @@ void gemm_s8_neon(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
   gemm_dot<S8Ops, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc, a_scale, b_scale);
 }
 
-void gemm_w4a8_neon(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
-                    const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
+namespace {
+
+void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale, const uint8_t* b,
+               int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmW4A8);
   gemm_w4a8_tiled<W4A8Dot, 4, 4, 8>(m, n, k, a, lda, a_scale, b, ldb, groups, c, ldc);
 }
 
-void mxfp4_to_bf16_neon(int64_t cols, const uint8_t* src, const uint8_t* scale, uint16_t* dst) {
+// The MXFP4 widening of every level: a TBL lookup has nothing to gain from
+// the higher levels' instructions.
+void mxfp4_to_bf16(int64_t cols, const uint8_t* src, const uint8_t* scale, uint16_t* dst) {
   MOE_KERNEL_USE(kMxfp4ToBF16);
   mxfp4_row(cols, src, scale, [dst](int64_t c, uint8x16_t lo_even, uint8x16_t hi_even, uint8x16_t lo_odd,
                                     uint8x16_t hi_odd) {
@@ -229,16 +233,17 @@ void mxfp4_to_bf16_neon(int64_t cols, const uint8_t* src, const uint8_t* scale, 
   });
 }
 
-bool gemm_bf16_mxfp4_takes_neon(int64_t m) { return mxfp4_takes<Mxfp4Fma>(m); }
+bool gemm_bf16_mxfp4_takes(int64_t m) { return mxfp4_takes<Mxfp4Fma>(m); }
 
-void gemm_bf16_mxfp4_neon(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
-                          int64_t ldb, const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc) {
+// The fused MXFP4 GEMM of decode (mxfp4.h) by FMA on fp32; dotprod's too.
+void gemm_bf16_mxfp4(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
+                     int64_t ldb, const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmBF16Mxfp4);
   gemm_bf16_mxfp4_tiled<Mxfp4Fma>(m, n, k, a, lda, b, ldb, scale, scale_ld, c, ldc);
 }
 
 // An fp32 is its bf16 bits above 16 zero bits.
-void mxfp4_to_f32_neon(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst) {
+void mxfp4_to_f32(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst) {
   MOE_KERNEL_USE(kMxfp4ToF32);
   mxfp4_row(cols, src, scale, [dst](int64_t c, uint8x16_t lo_even, uint8x16_t hi_even, uint8x16_t lo_odd,
                                     uint8x16_t hi_odd) {
@@ -251,15 +256,19 @@ void mxfp4_to_f32_neon(int64_t cols, const uint8_t* src, const uint8_t* scale, f
   });
 }
 
-const KernelSet& kernels_neon() {
-  static const KernelSet kernels{.gemm_f32 = gemm_f32_neon,
-                                 .gemm_bf16 = gemm_bf16_neon,
-                                 .gemm_s8 = gemm_s8_neon,
-                                 .gemm_w4a8 = gemm_w4a8_neon,
-                                 .mxfp4_to_bf16 = mxfp4_to_bf16_neon,
-                                 .mxfp4_to_f32 = mxfp4_to_f32_neon,
-                                 .gemm_bf16_mxfp4 = gemm_bf16_mxfp4_neon,
-                                 .gemm_bf16_mxfp4_takes = gemm_bf16_mxfp4_takes_neon};
+}  // namespace
+
+const KernelSet& neon::kernels() {
+  static const KernelSet kernels = above(generic::kernels(), [](KernelSet& set) {
+    set.gemm_f32 = gemm_f32;
+    set.gemm_bf16 = gemm_bf16;
+    set.gemm_s8 = gemm_s8;
+    set.gemm_w4a8 = gemm_w4a8;
+    set.mxfp4_to_bf16 = mxfp4_to_bf16;
+    set.mxfp4_to_f32 = mxfp4_to_f32;
+    set.gemm_bf16_mxfp4 = gemm_bf16_mxfp4;
+    set.gemm_bf16_mxfp4_takes = gemm_bf16_mxfp4_takes;
+  });
   return kernels;
 }
 

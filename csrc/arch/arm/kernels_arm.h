@@ -1,6 +1,6 @@
 // The aarch64 kernel levels and what they share. Each level's file has its
-// own -march; a level with nothing new for a GEMM exports the lower level's
-// function, not a copy. The templates below are in an anonymous namespace on
+// own -march; a level with nothing new for a kernel keeps the level below's,
+// not a copy. The templates below are in an anonymous namespace on
 // purpose: each level instantiates a private copy with its own flags, so the
 // linker can never hand a dotprod or i8mm build of a shared helper to a CPU
 // that only has NEON.
@@ -15,35 +15,29 @@
 
 namespace moe_xarch {
 
-const KernelSet& kernels_neon();
-const KernelSet& kernels_dotprod();
-const KernelSet& kernels_i8mm();
+// Each level's set: <level>::kernels().
+#define MOE_LEVEL(level, test, flags, files) namespace level { const KernelSet& kernels(); }
+#include "arch/arm/levels.def"
+#undef MOE_LEVEL
 
-// gemm_neon.cpp. Also the fallback of every level for k below its vector
-// width.
-void gemm_f32_neon(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                   int64_t ldb, float* c, int64_t ldc);
-void gemm_bf16_neon(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
-                    const uint16_t* b, int64_t ldb, float* c, int64_t ldc);
-void gemm_s8_neon(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
-                  const float* a_scale, const int8_t* b, int64_t ldb, const float* b_scale,
-                  const int32_t* b_sum, float* c, int64_t ldc);
-// The MXFP4 widening of every level: a TBL lookup has nothing to gain from
-// the higher levels' instructions.
-void mxfp4_to_bf16_neon(int64_t cols, const uint8_t* src, const uint8_t* scale, uint16_t* dst);
-void mxfp4_to_f32_neon(int64_t cols, const uint8_t* src, const uint8_t* scale, float* dst);
-// The fused MXFP4 GEMM of decode (mxfp4.h) by FMA on fp32; dotprod's too.
-void gemm_bf16_mxfp4_neon(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
-                          int64_t ldb, const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc);
-bool gemm_bf16_mxfp4_takes_neon(int64_t m);
+// neon: gemm_neon.cpp. Its bf16 and int8 GEMMs are every level's fallback
+// for k below its vector width.
+namespace neon {
+void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b, int64_t ldb,
+               float* c, int64_t ldc);
+void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale, const int8_t* b,
+             int64_t ldb, const float* b_scale, const int32_t* b_sum, float* c, int64_t ldc);
+}  // namespace neon
 
-// gemm_dotprod.cpp. Also i8mm's m == 1 (decode) path for b in rows: a
-// single row of a would leave half of every 2x2 SMMLA tile unused.
-void gemm_s8_dotprod(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
-                     const float* a_scale, const int8_t* b, int64_t ldb, const float* b_scale,
-                     const int32_t* b_sum, float* c, int64_t ldc);
-void gemm_w4a8_dotprod(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
-                       const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc);
+// dotprod: gemm_dotprod.cpp. Its int8 GEMMs are also i8mm's m == 1 (decode)
+// path for b in rows: a single row of a would leave half of every 2x2 SMMLA
+// tile unused.
+namespace dotprod {
+void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale, const int8_t* b,
+             int64_t ldb, const float* b_scale, const int32_t* b_sum, float* c, int64_t ldc);
+void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale, const uint8_t* b,
+               int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc);
+}  // namespace dotprod
 
 namespace {
 

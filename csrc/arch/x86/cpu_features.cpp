@@ -43,11 +43,13 @@ constexpr int kXfeatureXtiledata = 18;
 
 bool request_tiles() { return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0; }
 
+// What this CPU and OS offer, each as its levels.def row tests it.
 struct Features {
-  bool avx2 = false;
-  bool avx512 = false;
+  bool avx2 = false;    // with FMA and F16C
+  bool avx512 = false;  // F, DQ, BW, VL and VNNI, with the ZMM state saved
+  bool vbmi = false;
   bool avx512_bf16 = false;
-  bool amx = false;
+  bool tiles = false;  // AMX-BF16, -TILE and -INT8, with the tile state saved
 };
 
 bool all(uint32_t reg, uint32_t bits) { return (reg & bits) == bits; }
@@ -70,31 +72,26 @@ Features detect() {
 
   if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return f;
   const unsigned int max_subleaf = eax;
-  const bool tiles = all(edx, kLeaf7EdxAmxBf16 | kLeaf7EdxAmxTile | kLeaf7EdxAmxInt8) &&
-                     (os & kXcr0Tiles) == kXcr0Tiles;
+  f.tiles = all(edx, kLeaf7EdxAmxBf16 | kLeaf7EdxAmxTile | kLeaf7EdxAmxInt8) && (os & kXcr0Tiles) == kXcr0Tiles;
   f.avx2 = fma_f16c && all(ebx, kLeaf7EbxAvx2);
-  f.avx512 = f.avx2 && (os & kXcr0Zmm) == kXcr0Zmm &&
+  f.avx512 = (os & kXcr0Zmm) == kXcr0Zmm &&
              all(ebx, kLeaf7EbxAvx512f | kLeaf7EbxAvx512dq | kLeaf7EbxAvx512bw | kLeaf7EbxAvx512vl) &&
              all(ecx, kLeaf7EcxAvx512vnni);
-  // The level's fp8 widening is byte permutes (VBMI): every CPU with AMX has
-  // them, and of those with AVX512_BF16 only Cooper Lake does not.
-  const bool vbmi = all(ecx, kLeaf7EcxAvx512vbmi);
-  if (f.avx512 && vbmi && max_subleaf >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
+  f.vbmi = all(ecx, kLeaf7EcxAvx512vbmi);
+  if (max_subleaf >= 1 && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) {
     f.avx512_bf16 = all(eax, kLeaf7Sub1EaxAvx512bf16);
   }
-  f.amx = f.avx512_bf16 && tiles && request_tiles();
   return f;
 }
 
 }  // namespace
 
-std::vector<IsaLevel> isa_ladder() {
-  static const Features f = detect();
-  return {{"generic", true, &kernels_generic},
-          {"avx2", f.avx2, &kernels_avx2},
-          {"avx512", f.avx512, &kernels_avx512},
-          {"avx512_bf16", f.avx512_bf16, &kernels_avx512_bf16},
-          {"amx", f.amx, &kernels_amx}};
+void add_arch_levels(std::vector<IsaLevel>& ladder) {
+  const Features f = detect();
+#define MOE_LEVEL(level, test, flags, files) \
+  ladder.push_back({#level, ladder.back().supported && (test), &level::kernels});
+#include "arch/x86/levels.def"
+#undef MOE_LEVEL
 }
 
 }  // namespace moe_xarch

@@ -257,7 +257,7 @@ struct StoreScaledS32 {
 void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
                int64_t ldb, float* c, int64_t ldc) {
   if (m < kMinRows || k % (kTileBytes / 2) != 0) {
-    kernels_avx512_bf16().gemm_bf16(m, n, k, a, lda, b, ldb, c, ldc);
+    avx512_bf16::kernels().gemm_bf16(m, n, k, a, lda, b, ldb, c, ldc);
     return;
   }
   MOE_KERNEL_USE(kGemmBF16);
@@ -272,7 +272,7 @@ void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, 
 void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
              const int8_t* b, int64_t ldb, const float* b_scale, const int32_t* b_sum, float* c, int64_t ldc) {
   if (m < kMinRows || k % kTileBytes != 0) {
-    kernels_avx512_bf16().gemm_s8(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
+    avx512_bf16::kernels().gemm_s8(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
     return;
   }
   MOE_KERNEL_USE(kGemmS8);
@@ -438,7 +438,7 @@ void fp8_tile_gemm(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t l
 void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b, int64_t ldb,
                    const Fp8Scales& scales, float* c, int64_t ldc) {
   if (m < kMinRows || k % kTileValues != 0 || scales.block_k % kTileValues != 0) {
-    kernels_avx512_bf16().gemm_bf16_fp8(m, n, k, a, lda, b, ldb, scales, c, ldc);
+    avx512_bf16::kernels().gemm_bf16_fp8(m, n, k, a, lda, b, ldb, scales, c, ldc);
     return;
   }
   MOE_KERNEL_USE(kGemmBF16Fp8);
@@ -449,7 +449,7 @@ void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t l
 void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
                          int64_t ldb, const Fp8Scales& scales, float* c, int64_t ldc) {
   if (m < kMinRows || scales.block_k % kTileValues != 0) {
-    kernels_avx512_bf16().gemm_bf16_fp8_tiles(m, n, k, a, lda, b, ldb, scales, c, ldc);
+    avx512_bf16::kernels().gemm_bf16_fp8_tiles(m, n, k, a, lda, b, ldb, scales, c, ldc);
     return;
   }
   MOE_KERNEL_USE(kGemmBF16Fp8Tiles);
@@ -691,7 +691,7 @@ bool takes_any_rows(int64_t) { return true; }
 void gemm_bf16_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
                      int64_t ldb, float* c, int64_t ldc) {
   if (m < kMinRows) {
-    kernels_avx512_bf16().gemm_bf16_tiles(m, n, k, a, lda, b, ldb, c, ldc);
+    avx512_bf16::kernels().gemm_bf16_tiles(m, n, k, a, lda, b, ldb, c, ldc);
     return;
   }
   MOE_KERNEL_USE(kGemmBF16Tiles);
@@ -702,7 +702,7 @@ void gemm_bf16_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t
 void gemm_s8_tiles(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
                    const int8_t* b, int64_t ldb, const float* b_scale, const int32_t* b_sum, float* c, int64_t ldc) {
   if (m < kMinRows) {
-    kernels_avx512_bf16().gemm_s8_tiles(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
+    avx512_bf16::kernels().gemm_s8_tiles(m, n, k, a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc);
     return;
   }
   MOE_KERNEL_USE(kGemmS8Tiles);
@@ -711,9 +711,8 @@ void gemm_s8_tiles(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda
 }
 
 }  // namespace
-const KernelSet& kernels_amx() {
-  static const KernelSet kernels = [] {
-    KernelSet set = kernels_avx512_bf16();
+const KernelSet& amx::kernels() {
+  static const KernelSet kernels = above(avx512_bf16::kernels(), [](KernelSet& set) {
     set.gemm_bf16 = gemm_bf16;
     set.gemm_s8 = gemm_s8;
     set.gemm_bf16_fp8 = gemm_bf16_fp8;
@@ -724,8 +723,7 @@ const KernelSet& kernels_amx() {
     set.gemm_w4a8 = gemm_w4a8;
     set.gemm_bf16_mxfp4 = gemm_bf16_mxfp4;
     set.gemm_bf16_mxfp4_takes = takes_any_rows;
-    return set;
-  }();
+  });
   return kernels;
 }
 

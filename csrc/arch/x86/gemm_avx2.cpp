@@ -526,19 +526,25 @@ void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, co
   x86::gemm_tiled(t, m, n, k);
 }
 
-constexpr KernelSet kKernels = [] {
-  KernelSet set = row_kernels::compiled_here(
-      {gemm_f32, gemm_bf16, gemm_s8, fp8_to_bf16, fp8_to_f32, gemm_bf16_fp8, gemm_bf16_fp8_takes});
-  set.gemm_w4a8 = gemm_w4a8;
-  set.mxfp4_to_bf16 = avx2::mxfp4_to_bf16;
-  set.mxfp4_to_f32 = avx2::mxfp4_to_f32;
-  set.gemm_bf16_mxfp4 = avx2::gemm_bf16_mxfp4;
-  set.gemm_bf16_mxfp4_takes = avx2::gemm_bf16_mxfp4_takes;
-  return set;
-}();
-
 }  // namespace
 
-const KernelSet& kernels_avx2() { return kKernels; }
+const KernelSet& avx2::kernels() {
+  static const KernelSet kernels = above(generic::kernels(), [](KernelSet& set) {
+    row_kernels::compiled_here(set);
+    set.gemm_f32 = gemm_f32;
+    set.gemm_bf16 = gemm_bf16;
+    set.gemm_s8 = gemm_s8;
+    set.fp8_to_bf16 = fp8_to_bf16;
+    set.fp8_to_f32 = fp8_to_f32;
+    set.gemm_bf16_fp8 = gemm_bf16_fp8;
+    set.gemm_bf16_fp8_takes = gemm_bf16_fp8_takes;
+    set.gemm_w4a8 = gemm_w4a8;
+    set.mxfp4_to_bf16 = mxfp4_to_bf16;
+    set.mxfp4_to_f32 = mxfp4_to_f32;
+    set.gemm_bf16_mxfp4 = gemm_bf16_mxfp4;
+    set.gemm_bf16_mxfp4_takes = gemm_bf16_mxfp4_takes;
+  });
+  return kernels;
+}
 
 }  // namespace moe_xarch

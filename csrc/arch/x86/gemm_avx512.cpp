@@ -225,31 +225,45 @@ void fp8_to_bf16(int64_t cols, const uint8_t* src, uint16_t* dst) {
   });
 }
 
-constexpr KernelSet kKernels = avx512::with_four_bit(row_kernels::compiled_here(
-    {avx512::gemm_f32, gemm_bf16, avx512::gemm_s8, fp8_to_bf16, avx512::fp8_to_f32, nullptr}));
-
-}  // namespace
-
-void avx512::gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
-                      int64_t ldb, float* c, int64_t ldc) {
+void gemm_f32(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb,
+              float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmF32);
   x86::gemm_float<F32, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc);
 }
 
-void avx512::gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda,
-                     const float* a_scale, const int8_t* b, int64_t ldb, const float* b_scale,
-                     const int32_t* b_sum, float* c, int64_t ldc) {
+void gemm_s8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale, const int8_t* b,
+             int64_t ldb, const float* b_scale, const int32_t* b_sum, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmS8);
   S8Tiles t{a, lda, a_scale, b, ldb, b_scale, b_sum, c, ldc, {}};
   x86::gemm_tiled(t, m, n, k);
 }
 
-void avx512::fp8_to_f32(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, float* dst) {
+void fp8_to_f32(int64_t cols, const uint8_t* src, const float* scale, int64_t block_k, float* dst) {
   MOE_KERNEL_USE(kFp8ToF32);
   x86::fp8_row_avx512(cols, src, scale, block_k, dst,
                       [](float* d, __m512 v, __mmask16 lanes) { _mm512_mask_storeu_ps(d, lanes, v); });
 }
 
-const KernelSet& kernels_avx512() { return kKernels; }
+}  // namespace
+
+const KernelSet& avx512::kernels() {
+  static const KernelSet kernels = above(avx2::kernels(), [](KernelSet& set) {
+    row_kernels::compiled_here(set);
+    set.gemm_f32 = gemm_f32;
+    set.gemm_bf16 = gemm_bf16;
+    set.gemm_s8 = gemm_s8;
+    set.fp8_to_bf16 = fp8_to_bf16;
+    set.fp8_to_f32 = fp8_to_f32;
+    // No fused fp8 GEMM: fp8 rows are widened (fp8_to_bf16) for gemm_bf16.
+    set.gemm_bf16_fp8 = nullptr;
+    set.gemm_bf16_fp8_takes = takes_no_rows;
+    set.gemm_w4a8 = gemm_w4a8;
+    set.mxfp4_to_bf16 = mxfp4_to_bf16;
+    set.mxfp4_to_f32 = mxfp4_to_f32;
+    set.gemm_bf16_mxfp4 = gemm_bf16_mxfp4;
+    set.gemm_bf16_mxfp4_takes = gemm_bf16_mxfp4_takes;
+  });
+  return kernels;
+}
 
 }  // namespace moe_xarch

@@ -436,21 +436,23 @@ void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
   }
 }
 
-constexpr KernelSet kKernels = [] {
-  KernelSet set = avx512::with_four_bit(row_kernels::compiled_here(
-      {avx512::gemm_f32, gemm_bf16, avx512::gemm_s8, fp8_to_bf16, avx512::fp8_to_f32, gemm_bf16_fp8,
-       gemm_bf16_fp8_takes}));
-  set.tiles = PackLayout::kTiles16;
-  set.gemm_bf16_tiles = gemm_bf16_tiles;
-  set.gemm_s8_tiles = gemm_s8_tiles;
-  set.gemm_bf16_fp8_tiles = gemm_bf16_fp8_tiles;
-  set.gemm_bf16_mxfp4 = avx512_bf16::gemm_bf16_mxfp4;
-  set.gemm_bf16_mxfp4_takes = avx512_bf16::gemm_bf16_mxfp4_takes;
-  return set;
-}();
-
 }  // namespace
 
-const KernelSet& kernels_avx512_bf16() { return kKernels; }
+const KernelSet& avx512_bf16::kernels() {
+  static const KernelSet kernels = above(avx512::kernels(), [](KernelSet& set) {
+    row_kernels::compiled_here(set);
+    set.gemm_bf16 = gemm_bf16;
+    set.fp8_to_bf16 = fp8_to_bf16;
+    set.gemm_bf16_fp8 = gemm_bf16_fp8;
+    set.gemm_bf16_fp8_takes = gemm_bf16_fp8_takes;
+    set.tiles = PackLayout::kTiles16;
+    set.gemm_bf16_tiles = gemm_bf16_tiles;
+    set.gemm_s8_tiles = gemm_s8_tiles;
+    set.gemm_bf16_fp8_tiles = gemm_bf16_fp8_tiles;
+    set.gemm_bf16_mxfp4 = gemm_bf16_mxfp4;
+    set.gemm_bf16_mxfp4_takes = gemm_bf16_mxfp4_takes;
+  });
+  return kernels;
+}
 
 }  // namespace moe_xarch
