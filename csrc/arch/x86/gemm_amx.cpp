@@ -468,29 +468,6 @@ MOE_X86_INLINE const char* four_bit_ahead(const uint8_t* b, int64_t ldb, int64_t
   return reinterpret_cast<const char*>(b + row * ldb + x + ahead);
 }
 
-// Rows [j, j + rows) of 4-bit b (rows <= 16, the rest zero), k values of each,
-// widened into a panel in the tile layout (pack_panel's), a tile row of K (64
-// bytes) at a time: decode(row, p) gives the 64 bytes of row `row` from value
-// p on, which are `values` values of K.
-template <class Decode>
-void widen_four_bit_panel(const uint8_t* b, int64_t ldb, int64_t j, int rows, int64_t k, int64_t values,
-                          uint8_t* panel, Decode decode) {
-  const int64_t value_bytes = kTileBytes / values;
-  for (int64_t p = 0; p < k; p += values) {
-    __m512i r[16];
-    for (int i = 0; i < kTileRows; ++i) {
-      if (i >= rows) {
-        r[i] = _mm512_setzero_si512();
-        continue;
-      }
-      _mm_prefetch(four_bit_ahead(b, ldb, j + i, p / 2, k / 2), _MM_HINT_T0);
-      r[i] = decode(j + i, p);
-    }
-    transpose16x16(r);
-    for (int g = 0; g < kTileRows; ++g) _mm512_store_si512(panel + kTileRows * value_bytes * p + g * kTileBytes, r[g]);
-  }
-}
-
 // INT4_W4A8 with the weights as the tiles' first operand: the transposed
 // product c^T = b a^T, so each row of b widens into a tile row as it lies,
 // with no transpose, and only the few rows of a go into panels, once per call.
@@ -662,14 +639,30 @@ void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, co
   _tile_release();
 }
 
-// MXFP4 as bf16 (k a multiple of 32), widened exactly with its scales
-// (x86::mxfp4_block_bf16): a block of 32 values is one tile row of K.
-void widen_mxfp4_panel(const uint8_t* b, int64_t ldb, const uint8_t* scale, int64_t scale_ld, int64_t j, int rows,
-                       int64_t k, uint8_t* panel) {
-  widen_four_bit_panel(b, ldb, j, rows, k, kTileValues, panel, [&](int64_t row, int64_t p) {
-    return x86::mxfp4_block_bf16(b + row * ldb + p / 2, scale[row * scale_ld + p / kTileValues]);
-  });
-}
+// MXFP4 with the weights as the tiles' first operand, as INT4's: each 32 rows
+// of b widen exactly into bf16 rows (x86::mxfp4_block_bf16, a block of 32
+// values at a time), with no transpose, and meet the panels of a, made once
+// per call, in tile_loop; the scales are in the widened values, so the sums
+// run over all of K.
+
+// tile_loop's blocks of c^T into c: block row r is row jw + i + r of b, column
+// q row j + q of a.
+struct StoreTransposed {
+  float* c;
+  int64_t ldc;
+  int64_t jw;
+  MOE_X86_INLINE void operator()(int64_t i, int64_t j, int rows, int nb, const int32_t* block) const {
+    const __mmask16 lanes = static_cast<__mmask16>((1u << rows) - 1);
+    for (int half = 0; half * kTileRows < nb; ++half) {
+      __m512i by_row[kTileRows];
+      for (int r = 0; r < kTileRows; ++r) by_row[r] = _mm512_load_si512(block + r * 2 * kTileRows + half * kTileRows);
+      transpose16x16(by_row);  // by_row[q]: row j + 16 half + q of a against the rows of b
+      for (int q = 0; q < std::min(kTileRows, nb - half * kTileRows); ++q) {
+        _mm512_mask_storeu_ps(c + (j + half * kTileRows + q) * ldc + jw + i, lanes, _mm512_castsi512_ps(by_row[q]));
+      }
+    }
+  }
+};
 
 void gemm_bf16_mxfp4(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b, int64_t ldb,
                      const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc) {
@@ -678,10 +671,29 @@ void gemm_bf16_mxfp4(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t
     return;
   }
   MOE_KERNEL_USE(kGemmBF16Mxfp4);
-  tile_gemm(
-      m, n, 2 * k, reinterpret_cast<const uint8_t*>(a), 2 * lda,
-      [&](int64_t j, int rows, uint8_t* panel) { widen_mxfp4_panel(b, ldb, scale, scale_ld, j, rows, k, panel); },
-      DotBF16{}, StoreF32{c, ldc});
+  constexpr int kRowsOfB = 2 * kTileRows;
+  const int64_t k_bytes = 2 * k;  // a multiple of 64: whole tile rows
+  const int64_t a_blocks = (m + kTileRows - 1) / kTileRows;
+  // The panels of a, then 32 widened rows of b.
+  uint8_t* panels = thread_scratch(ScratchUse::kPanels, (a_blocks + 2) * kTileRows * k_bytes);
+  auto* w = reinterpret_cast<uint16_t*>(panels + a_blocks * kTileRows * k_bytes);
+  for (int64_t ib = 0; ib < a_blocks; ++ib) {
+    pack_panel(reinterpret_cast<const uint8_t*>(a + ib * kTileRows * lda), 2 * lda, block_rows(m, ib * kTileRows),
+               k_bytes, panels + ib * kTileRows * k_bytes);
+  }
+  for (int64_t jw = 0; jw < n; jw += kRowsOfB) {
+    const int rows = static_cast<int>(std::min<int64_t>(kRowsOfB, n - jw));
+    for (int r = 0; r < rows; ++r) {
+      const uint8_t* src = b + (jw + r) * ldb;
+      const uint8_t* row_scale = scale + (jw + r) * scale_ld;
+      for (int64_t p = 0; p < k; p += kTileValues) {
+        _mm_prefetch(four_bit_ahead(b, ldb, jw + r, p / 2, k / 2), _MM_HINT_T0);
+        _mm512_store_si512(w + r * k + p, x86::mxfp4_block_bf16(src + p / 2, row_scale[p / kTileValues]));
+      }
+    }
+    tile_gemm_packed(rows, m, k_bytes, reinterpret_cast<const uint8_t*>(w), k_bytes, panels, DotBF16{},
+                     StoreTransposed{c, ldc, jw});
+  }
 }
 
 // gemm_bf16_fp8 widens once per call onto tiles whatever the rows (below
