@@ -44,16 +44,22 @@ MOE_X86_INLINE void mxfp4_block(const uint8_t* src, uint8_t s, __m512 (&v)[2]) {
   v[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(second)), scale);
 }
 
-// The 16-bit words 2 w + 1 of two vectors: fp32 values' top halves.
-alignas(64) constexpr uint16_t kTopHalves[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31,
-                                                 33, 35, 37, 39, 41, 43, 45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+// Twice each E2M1 value, by its nibble, in fp32.
+alignas(64) constexpr float kE2m1Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-// mxfp4_block as bf16: every such value is exact in bf16, whose bits are its fp32 top half.
+// mxfp4_block as bf16, whose bits are the fp32 values' top halves (every such
+// value is exact in bf16): the block's 16 values, times its scale as
+// mxfp4_block does, are a table whose top halves (even 16-bit words after a
+// shift) each nibble indexes.
 MOE_X86_INLINE __m512i mxfp4_block_bf16(const uint8_t* src, uint8_t s) {
-  __m512 v[2];
-  mxfp4_block(src, s, v);
-  return _mm512_permutex2var_epi16(_mm512_castps_si512(v[0]), _mm512_load_si512(kTopHalves),
-                                   _mm512_castps_si512(v[1]));
+  const __m512 values = _mm512_mul_ps(_mm512_load_ps(kE2m1Doubled), _mm512_set1_ps(half_e8m0(s)));
+  const __m512i table = _mm512_srli_epi32(_mm512_castps_si512(values), 16);
+  // Byte x holds values 2 x (low nibble) and 2 x + 1: dword x gets their
+  // table words, 2 lo and 2 hi, as its two halves.
+  const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  const __m512i index = _mm512_ternarylogic_epi32(_mm512_slli_epi32(bytes, 1), _mm512_slli_epi32(bytes, 13),
+                                                  _mm512_set1_epi32(0x001e001e), 0xa8);  // (A | B) & C
+  return _mm512_permutexvar_epi16(index, table);
 }
 
 struct Mxfp4StepAvx512 {
