@@ -521,6 +521,22 @@ MOE_X86_INLINE void w4a8_store(int t, int h, int32_t* dst) {
   }
 }
 
+// A 16 x 16 block of c^T (fp32, `ld` values from row to row; row r is row r
+// of b, lane q row q of a) into c: its first rows_b rows of b for rows_a rows
+// of a, row q times scale[q] (null: as they are).
+MOE_X86_INLINE void store_transposed(const void* block, int64_t ld, int rows_b, int rows_a, const float* scale,
+                                     float* c, int64_t ldc) {
+  const auto* values = static_cast<const float*>(block);
+  __m512i by_row[kTileRows];
+  for (int r = 0; r < kTileRows; ++r) by_row[r] = _mm512_loadu_si512(values + r * ld);
+  transpose16x16(by_row);  // by_row[q]: row q of a against the 16 rows of b
+  const __mmask16 lanes = static_cast<__mmask16>((1u << rows_b) - 1);
+  for (int q = 0; q < rows_a; ++q) {
+    const __m512 row = _mm512_castsi512_ps(by_row[q]);
+    _mm512_mask_storeu_ps(c + q * ldc, lanes, scale ? _mm512_mul_ps(row, _mm512_set1_ps(scale[q])) : row);
+  }
+}
+
 // Values [lo, hi) (multiples of 64, or hi = k) of row `row` of 4-bit b, each
 // less its group's zero point (in [-15, 15]), into dst + lo (zeros past k to
 // the tile row's end).
@@ -624,16 +640,9 @@ void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, co
         }
       }
     }
-    const __mmask16 lanes = static_cast<__mmask16>((1u << nb) - 1);
     for (int64_t ib = 0; ib < a_blocks; ++ib) {
-      __m512i by_row[kTileRows];  // row r of b against the block's 16 rows of a
-      for (int r = 0; r < kTileRows; ++r) by_row[r] = _mm512_load_si512(totals + (ib * kTileRows + r) * kTileRows);
-      transpose16x16(by_row);  // by_row[i]: row i of the block of a against the 16 rows of b
-      for (int i = 0; i < block_rows(m, ib * kTileRows); ++i) {
-        const int64_t row = ib * kTileRows + i;
-        _mm512_mask_storeu_ps(c + row * ldc + j, lanes,
-                              _mm512_mul_ps(_mm512_castsi512_ps(by_row[i]), _mm512_set1_ps(a_scale[row])));
-      }
+      store_transposed(totals + ib * kTileRows * kTileRows, kTileRows, nb, block_rows(m, ib * kTileRows),
+                       a_scale + ib * kTileRows, c + ib * kTileRows * ldc + j, ldc);
     }
   }
   _tile_release();
@@ -652,14 +661,9 @@ struct StoreTransposed {
   int64_t ldc;
   int64_t jw;
   MOE_X86_INLINE void operator()(int64_t i, int64_t j, int rows, int nb, const int32_t* block) const {
-    const __mmask16 lanes = static_cast<__mmask16>((1u << rows) - 1);
     for (int half = 0; half * kTileRows < nb; ++half) {
-      __m512i by_row[kTileRows];
-      for (int r = 0; r < kTileRows; ++r) by_row[r] = _mm512_load_si512(block + r * 2 * kTileRows + half * kTileRows);
-      transpose16x16(by_row);  // by_row[q]: row j + 16 half + q of a against the rows of b
-      for (int q = 0; q < std::min(kTileRows, nb - half * kTileRows); ++q) {
-        _mm512_mask_storeu_ps(c + (j + half * kTileRows + q) * ldc + jw + i, lanes, _mm512_castsi512_ps(by_row[q]));
-      }
+      store_transposed(block + half * kTileRows, 2 * kTileRows, rows, std::min(kTileRows, nb - half * kTileRows),
+                       nullptr, c + (j + half * kTileRows) * ldc + jw + i, ldc);
     }
   }
 };
