@@ -17,7 +17,8 @@ EDITS = {
        for drift in (test_emulated_drift.RUNS_DOTPRODS_INT8_GEMM, test_emulated_drift.DROPS_BF16_K_TAIL,
                      test_emulated_drift.LOOSENED_ON_AARCH64)},
     "gha-matrix": (test_gha_matrix_drift.SOURCE, test_gha_matrix_drift.PRISTINE),
-    **{f"overflow-{arch}": (drift.source, drift.pristine) for arch, drift in test_worst_case_drift.OVERFLOWS.items()},
+    **{f"overflow-{arch}-{i}": (drift.source, drift.pristine)
+       for arch, drifts in test_worst_case_drift.OVERFLOWS.items() for i, drift in enumerate(drifts)},
     "tolerance-call": (test_worst_case_drift.TESTING, test_worst_case_drift.COMPARISON),
     "tolerance-recorded": (test_worst_case_drift.TESTING, test_worst_case_drift.RECORDED),
 }

@@ -10,6 +10,7 @@
 #include "arch/x86/kernels_x86.h"
 #include "arch/x86/loop_nest.h"
 #include "arch/x86/w4a8_operands.h"
+#include "arch/x86/w4a8_panels.h"
 #include "arch/x86/e4m3_fp16.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
@@ -518,9 +519,127 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
   }
 };
 
+// From this many rows of a, INT4_W4A8's panel kernel (w4a8_panels.h).
+constexpr int64_t kW4A8PanelRows = 2;
+
+// w4a8_panels.h's operations with 8 lanes and 32-byte lines: vpmaddubsw
+// multiplies widened b (unsigned) by a line (signed) into int16 pairs of one
+// row, <= 2 * 15 * 127; kInt16Lines lines of them add up before vpmaddwd
+// widens them into the group's int32 lanes.
+struct W4A8Panels {
+  static constexpr int kLanes = 8;
+  static constexpr int kCols = 4;  // with their int16 and int32 sums: 8 of 16 ymm
+  static constexpr int64_t kLineBytes = 4 * kLanes;
+  static constexpr int kInt16Lines = 8;  // 8 * 2 * 15 * 127 = 30,480 < 2^15
+  using Block = x86::PanelBlock<kLanes>;
+
+  static void widen_row(const uint8_t* src, int64_t k, const uint8_t* next, uint8_t* dst) {
+    const __m256i low = _mm256_set1_epi32(0x0f0f0f0f);
+    for (int64_t p = 0; p < k; p += 32) {
+      if (p % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(next + p / 2), _MM_HINT_T0);
+      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + p / 2)));
+      const __m256i bytes = _mm256_and_si256(_mm256_or_si256(w, _mm256_slli_epi32(w, 12)), low);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + p), bytes);
+    }
+  }
+
+  // A dword a row for one step, else qwords (steps / 2 a row); each quad's
+  // bytes in widen_row's order.
+  struct Gather {
+    __m256i offsets, in;
+    bool one_step;
+
+    Gather(int64_t lda, const Block& block) : one_step(block.steps == 1) {
+      alignas(32) int32_t dword_at[8], dword_in[8];
+      alignas(32) int64_t qword_at[4], qword_in[4];
+      for (int v = 0; v < 8 && one_step; ++v) {
+        dword_at[v] = static_cast<int32_t>(v * lda);
+        dword_in[v] = v < block.rows ? -1 : 0;
+      }
+      for (int v = 0, per_row = block.steps / 2; v < 4 && !one_step; ++v) {
+        qword_at[v] = v / per_row * lda + v % per_row * 8;
+        qword_in[v] = v / per_row < block.rows ? -1 : 0;
+      }
+      offsets = one_step ? _mm256_load_si256(reinterpret_cast<const __m256i*>(dword_at))
+                         : _mm256_load_si256(reinterpret_cast<const __m256i*>(qword_at));
+      in = one_step ? _mm256_load_si256(reinterpret_cast<const __m256i*>(dword_in))
+                    : _mm256_load_si256(reinterpret_cast<const __m256i*>(qword_in));
+    }
+    static __m256i zero() { return _mm256_setzero_si256(); }
+    static void store(__m256i sum, float* dst) { _mm256_store_ps(dst, _mm256_cvtepi32_ps(sum)); }
+    __m256i line(const uint8_t* at, uint8_t* dst, __m256i sum) const {
+      const __m256i order = _mm256_setr_epi8(0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15,
+                                             0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15);
+      const __m256i raw =
+          one_step ? _mm256_mask_i32gather_epi32(zero(), reinterpret_cast<const int*>(at), offsets, in, 1)
+                   : _mm256_mask_i64gather_epi64(zero(), reinterpret_cast<const long long*>(at), offsets, in, 1);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(dst), _mm256_shuffle_epi8(raw, order));
+      const __m256i pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), raw);
+      return _mm256_add_epi32(sum, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+    }
+  };
+
+  // 4 * kSteps bytes of a widened row of b into each 4 * kSteps bytes of a vector.
+  template <int kSteps>
+  static MOE_X86_INLINE __m256i broadcast_b(const uint8_t* p) {
+    if constexpr (kSteps == 1) {
+      int32_t v;
+      std::memcpy(&v, p, sizeof(v));
+      return _mm256_set1_epi32(v);
+    } else if constexpr (kSteps == 2) {
+      int64_t v;
+      std::memcpy(&v, p, sizeof(v));
+      return _mm256_set1_epi64x(v);
+    } else if constexpr (kSteps == 4) {
+      return _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    } else {
+      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    }
+  }
+
+  template <int kSteps>
+  static void tile(const Block& block, const uint8_t* wb, int64_t k, int64_t group, int64_t groups,
+                   const float* const* scale, const float* zero_scale, float (*out)[kLanes]) {
+    constexpr int64_t kLineValues = 4 * kSteps;
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    for (int q = 0; q < kCols; ++q) _mm256_store_ps(out[q], _mm256_setzero_ps());
+    for (int64_t g = 0; g < groups; ++g) {
+      __v8si acc[kCols];  // not __m256i: as avx512's S8, GCC 12 copies those around
+      for (int q = 0; q < kCols; ++q) acc[q] = __v8si{};
+      const int64_t end = k - g * group < group ? k : (g + 1) * group;
+      const uint8_t* line = block.lines + g * group / kLineValues * kLineBytes;
+      const uint8_t* end_line = block.lines + end / kLineValues * kLineBytes;
+      for (const uint8_t* w = wb + g * group; line < end_line;) {
+        __v16hi pairs[kCols];
+        for (int q = 0; q < kCols; ++q) pairs[q] = __v16hi{};
+        for (int t = 0; t < kInt16Lines && line < end_line; ++t, line += kLineBytes, w += kLineValues) {
+          const __m256i values = _mm256_load_si256(reinterpret_cast<const __m256i*>(line));
+          for (int q = 0; q < kCols; ++q) {
+            pairs[q] += reinterpret_cast<__v16hi>(_mm256_maddubs_epi16(broadcast_b<kSteps>(w + q * k), values));
+          }
+        }
+        for (int q = 0; q < kCols; ++q) {
+          acc[q] += reinterpret_cast<__v8si>(_mm256_madd_epi16(reinterpret_cast<__m256i>(pairs[q]), ones16));
+        }
+      }
+      const __m256 sums = _mm256_load_ps(block.sums + g * kLanes);
+      for (int q = 0; q < kCols; ++q) {
+        __m256 total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(reinterpret_cast<__m256i>(acc[q])),
+                                       _mm256_set1_ps(scale[q][g]), _mm256_load_ps(out[q]));
+        total = _mm256_fnmadd_ps(_mm256_set1_ps(zero_scale[q * groups + g]), sums, total);
+        _mm256_store_ps(out[q], total);
+      }
+    }
+  }
+};
+
 void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
                const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmW4A8);
+  if (m >= kW4A8PanelRows) {
+    x86::gemm_w4a8_panels<W4A8Panels>(m, n, k, a, lda, a_scale, b, ldb, groups, c, ldc);
+    return;
+  }
   const x86::W4A8Operands<kW4A8Step> ops(m, k, a, lda, groups.group, w4a8_prepare_row);
   W4A8Tiles t{{ops, a_scale, b, ldb, groups, c, ldc}};
   x86::gemm_tiled(t, m, n, k);

@@ -10,13 +10,11 @@
 // (groups are multiples of 32), so a step's int32 lanes turn into fp32 times
 // their group's scale.
 //
-// More rows (the panel kernel): the lanes run across rows of a, as int8's
-// line kernels run them across columns, so the int32 sums turn into fp32 once
-// per group and column instead of once per 128 values of each row, which kept
-// the register kernel at half int8's speed. Each row of b widens into bytes as
-// it lies (no transpose) and 4, 8, 16 or 32 of them at a time are broadcast
-// against a line of a's panel: 16 rows of a, or 8, 4 or 2 rows of 2, 4 or 8
-// steps of K, so that the rows fill the lanes.
+// More rows (the panel kernel, w4a8_panels.h): the lanes run across rows of
+// a, as int8's line kernels run them across columns, so the int32 sums turn
+// into fp32 once per group and column instead of once per 128 values of each
+// row, which kept the register kernel at half int8's speed; each row of b
+// widens into bytes as it lies, with no transpose.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
@@ -29,9 +27,9 @@
 #include "arch/x86/kernels_x86.h"
 #include "arch/x86/loop_nest.h"
 #include "arch/x86/w4a8_operands.h"
+#include "arch/x86/w4a8_panels.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
-#include "core/scratch.h"
 
 namespace moe_xarch {
 namespace {
@@ -151,175 +149,110 @@ struct W4A8Tiles : x86::W4A8TileArgs<kStepValues> {
 };
 
 // The panel kernel from this many rows of a: with fewer, its widening of b
-// would cost more than the register kernel's in-register decode.
+// would cost more than the register kernel's decode in registers.
 constexpr int64_t kPanelRows = 2;
-constexpr int kLanes = 16;
-constexpr int64_t kLineBytes = 64;
-constexpr int kPanelCols = 8;  // columns of c a register tile: 8 chains of vpdpbusd
 
-// A block of a's panel: `rows` rows from row0 (at most 16 / steps), in lines
-// of `steps` quads of K of each row (lane r * steps + u: quad s * steps + u
-// of row r, its bytes in widened b's order), with the lanes' sums per group.
-struct PanelBlock {
-  int64_t row0;
-  int rows;
-  int steps;  // 1, 2, 4 or 8: so that the rows fill the 16 lanes
-  uint8_t* lines;
-  float* sums;  // [group][lane]
+// w4a8_panels.h's operations with 16 lanes and 64-byte lines.
+struct Panels {
+  static constexpr int kLanes = 16;
+  static constexpr int kCols = 8;  // 8 chains of vpdpbusd; 12 or two blocks of rows measured slower
+  static constexpr int64_t kLineBytes = 4 * kLanes;
+  using Block = x86::PanelBlock<kLanes>;
 
-  PanelBlock(int64_t m, int64_t k, int64_t groups, int64_t ib, uint8_t* scratch)
-      : row0(ib * kLanes),
-        rows(static_cast<int>(m - row0 < kLanes ? m - row0 : kLanes)),
-        steps(rows > 8 ? 1 : rows > 4 ? 2 : rows > 2 ? 4 : 8),
-        lines(scratch + ib * (kLanes * k + groups * kLanes * 4)),
-        sums(reinterpret_cast<float*>(lines + kLanes * k)) {}
-};
-
-// A row of b widened: quad t of K (values 4 t .. 4 t + 3, one 16-bit word w
-// of b) into the bytes of (w | w << 12) & 0x0f0f0f0f: values 4 t, 4 t + 2,
-// 4 t + 1, 4 t + 3. The row the next tile widens in its place is prefetched:
-// rows of b come from memory once.
-void widen_row(const uint8_t* src, int64_t k, const uint8_t* next, uint8_t* dst) {
-  for (int64_t p = 0; p < k; p += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(next + p / 2), _MM_HINT_T0);
-    const __mmask16 words = k - p >= 64 ? __mmask16{0xffff} : __mmask16{0xff};
-    const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(words, src + p / 2));
-    _mm512_mask_storeu_epi32(dst + p, words, _mm512_ternarylogic_epi32(w, _mm512_slli_epi32(w, 12),
-                                                                        _mm512_set1_epi32(0x0f0f0f0f), 0xa8));  // (A | B) & C
-  }
-}
-
-// a's rows into a block's lines, each quad's bytes as widen_row orders them,
-// and the lanes' sums per group.
-void pack_block(const int8_t* a, int64_t lda, int64_t k, int64_t group, const PanelBlock& block) {
-  const __m512i order = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15));
-  const __m512i ones = _mm512_set1_epi8(1);
-  const auto* base = reinterpret_cast<const uint8_t*>(a + block.row0 * lda);
-  // Gathered: a dword a row for one step, else qwords (steps / 2 a row).
-  __m512i offsets;
-  __mmask16 dwords = 0;
-  __mmask8 qwords = 0;
-  if (block.steps == 1) {
-    offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                 _mm512_set1_epi32(static_cast<int32_t>(lda)));
-    dwords = static_cast<__mmask16>((1u << block.rows) - 1);
-  } else {
-    const int per_row = block.steps / 2;
-    alignas(64) int64_t at[8];
-    for (int v = 0; v < 8; ++v) {
-      at[v] = v / per_row * lda + v % per_row * 8;
-      if (v / per_row < block.rows) qwords = static_cast<__mmask8>(qwords | (1u << v));
+  static void widen_row(const uint8_t* src, int64_t k, const uint8_t* next, uint8_t* dst) {
+    for (int64_t p = 0; p < k; p += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(next + p / 2), _MM_HINT_T0);
+      const __mmask16 words = k - p >= 64 ? __mmask16{0xffff} : __mmask16{0xff};
+      const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(words, src + p / 2));
+      const __m512i bytes =
+          _mm512_ternarylogic_epi32(w, _mm512_slli_epi32(w, 12), _mm512_set1_epi32(0x0f0f0f0f), 0xa8);  // (A | B) & C
+      _mm512_mask_storeu_epi32(dst + p, words, bytes);
     }
-    offsets = _mm512_load_si512(at);
   }
-  const int64_t line_values = 4 * block.steps;
-  uint8_t* line = block.lines;
-  float* sums = block.sums;
-  for (int64_t p0 = 0; p0 < k; p0 += group) {
-    const int64_t end = k - p0 < group ? k : p0 + group;
-    __m512i sum = _mm512_setzero_si512();
-    for (int64_t p = p0; p < end; p += line_values, line += kLineBytes) {
-      const __m512i raw = block.steps == 1
-                              ? _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), dwords, offsets, base + p, 1)
-                              : _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), qwords, offsets, base + p, 1);
-      _mm512_store_si512(line, _mm512_shuffle_epi8(raw, order));
-      sum = _mm512_dpbusd_epi32(sum, ones, raw);
-    }
-    _mm512_store_ps(sums, _mm512_cvtepi32_ps(sum));
-    sums += kLanes;
-  }
-}
 
-// 4 * kSteps bytes of a widened row of b into each 4 * kSteps bytes of a vector.
-template <int kSteps>
-MOE_X86_INLINE __m512i broadcast_b(const uint8_t* p) {
-  if constexpr (kSteps == 1) {
-    int32_t v;
-    __builtin_memcpy(&v, p, sizeof(v));
-    return _mm512_set1_epi32(v);
-  } else if constexpr (kSteps == 2) {
-    int64_t v;
-    __builtin_memcpy(&v, p, sizeof(v));
-    return _mm512_set1_epi64(v);
-  } else if constexpr (kSteps == 4) {
-    return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  } else {
-    return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  }
-}
+  // A dword a row for one step, else qwords (steps / 2 a row); each quad's
+  // bytes in widen_row's order.
+  struct Gather {
+    __m512i offsets;
+    __mmask16 dwords = 0;
+    __mmask8 qwords = 0;
+    bool one_step;
 
-// kPanelCols widened rows of b (wb, k bytes apart) against one block of the
-// panel over all of K, into out[q]: lane r * steps + u is a part of row r.
-template <int kSteps>
-void panel_tile(const PanelBlock& block, const uint8_t* wb, int64_t k, int64_t group, int64_t groups,
-                const float* const* scale, const float* zero_scale, float (*out)[kLanes]) {
-  using Acc = __v16si;  // not __m512i: gemm_avx512.cpp's S8 says why
-  constexpr int64_t kLineValues = 4 * kSteps;
-  __m512 total[kPanelCols];
-  for (int q = 0; q < kPanelCols; ++q) total[q] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < groups; ++g) {
-    Acc acc[kPanelCols];
-    for (int q = 0; q < kPanelCols; ++q) acc[q] = Acc{};
-    const int64_t end = k - g * group < group ? k : (g + 1) * group;
-    const uint8_t* line = block.lines + g * group / kLineValues * kLineBytes;
-    const uint8_t* end_line = block.lines + (end + kLineValues - 1) / kLineValues * kLineBytes;
-    for (const uint8_t* w = wb + g * group; line < end_line; line += kLineBytes, w += kLineValues) {
-      const __m512i values = _mm512_load_si512(line);
-      for (int q = 0; q < kPanelCols; ++q) {
-        acc[q] = reinterpret_cast<Acc>(
-            _mm512_dpbusd_epi32(reinterpret_cast<__m512i>(acc[q]), broadcast_b<kSteps>(w + q * k), values));
+    Gather(int64_t lda, const Block& block) : one_step(block.steps == 1) {
+      if (one_step) {
+        offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                     _mm512_set1_epi32(static_cast<int32_t>(lda)));
+        dwords = static_cast<__mmask16>((1u << block.rows) - 1);
+      } else {
+        const int per_row = block.steps / 2;
+        alignas(64) int64_t at[8];
+        for (int v = 0; v < 8; ++v) {
+          at[v] = v / per_row * lda + v % per_row * 8;
+          if (v / per_row < block.rows) qwords = static_cast<__mmask8>(qwords | (1u << v));
+        }
+        offsets = _mm512_load_si512(at);
       }
     }
-    const __m512 sums = _mm512_load_ps(block.sums + g * kLanes);
-    for (int q = 0; q < kPanelCols; ++q) {
-      total[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reinterpret_cast<__m512i>(acc[q])), _mm512_set1_ps(scale[q][g]),
-                                 total[q]);
-      total[q] = _mm512_fnmadd_ps(_mm512_set1_ps(zero_scale[q * groups + g]), sums, total[q]);
+    static __m512i zero() { return _mm512_setzero_si512(); }
+    static void store(__m512i sum, float* dst) { _mm512_store_ps(dst, _mm512_cvtepi32_ps(sum)); }
+    __m512i line(const uint8_t* at, uint8_t* dst, __m512i sum) const {
+      const __m512i order =
+          _mm512_broadcast_i32x4(_mm_setr_epi8(0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15));
+      const __m512i raw = one_step ? _mm512_mask_i32gather_epi32(zero(), dwords, offsets, at, 1)
+                                   : _mm512_mask_i64gather_epi64(zero(), qwords, offsets, at, 1);
+      _mm512_store_si512(dst, _mm512_shuffle_epi8(raw, order));
+      return _mm512_dpbusd_epi32(sum, _mm512_set1_epi8(1), raw);
+    }
+  };
+
+  // 4 * kSteps bytes of a widened row of b into each 4 * kSteps bytes of a vector.
+  template <int kSteps>
+  static MOE_X86_INLINE __m512i broadcast_b(const uint8_t* p) {
+    if constexpr (kSteps == 1) {
+      int32_t v;
+      __builtin_memcpy(&v, p, sizeof(v));
+      return _mm512_set1_epi32(v);
+    } else if constexpr (kSteps == 2) {
+      int64_t v;
+      __builtin_memcpy(&v, p, sizeof(v));
+      return _mm512_set1_epi64(v);
+    } else if constexpr (kSteps == 4) {
+      return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    } else {
+      return _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     }
   }
-  for (int q = 0; q < kPanelCols; ++q) _mm512_store_ps(out[q], total[q]);
-}
 
-void gemm_w4a8_panels(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
-                      const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
-  const int64_t count = (k + groups.group - 1) / groups.group, blocks = (m + kLanes - 1) / kLanes;
-  uint8_t* panel = thread_scratch(ScratchUse::kPanels, blocks * (kLanes * k + count * kLanes * 4));
-  for (int64_t ib = 0; ib < blocks; ++ib) pack_block(a, lda, k, groups.group, PanelBlock(m, k, count, ib, panel));
-  uint8_t* wb = thread_scratch(ScratchUse::kInt4Groups, kPanelCols * (k + count * 4));
-  auto* zero_scale = reinterpret_cast<float*>(wb + kPanelCols * k);
-  alignas(64) float out[kPanelCols][kLanes];
-  for (int64_t j = 0; j < n; j += kPanelCols) {
-    const int nb = n - j < kPanelCols ? static_cast<int>(n - j) : kPanelCols;
-    const float* scale[kPanelCols];
-    for (int q = 0; q < kPanelCols; ++q) {
-      const int64_t row = j + (q < nb ? q : nb - 1);  // past n, the last again (not stored)
-      const int64_t next = row + kPanelCols < n ? row + kPanelCols : row;
-      widen_row(b + row * ldb, k, b + next * ldb, wb + q * k);
-      scale[q] = groups.scale + row * groups.ld;
-      for (int64_t g = 0; g < count; ++g) {
-        const int zero = groups.zero != nullptr ? groups.zero[row * groups.ld + g] : x86::kW4A8DefaultZero;
-        zero_scale[q * count + g] = scale[q][g] * static_cast<float>(zero);
-      }
-    }
-    for (int64_t ib = 0; ib < blocks; ++ib) {
-      const PanelBlock block(m, k, count, ib, panel);
-      switch (block.steps) {
-        case 1: panel_tile<1>(block, wb, k, groups.group, count, scale, zero_scale, out); break;
-        case 2: panel_tile<2>(block, wb, k, groups.group, count, scale, zero_scale, out); break;
-        case 4: panel_tile<4>(block, wb, k, groups.group, count, scale, zero_scale, out); break;
-        default: panel_tile<8>(block, wb, k, groups.group, count, scale, zero_scale, out); break;
-      }
-      for (int r = 0; r < block.rows; ++r) {
-        float* dst = c + (block.row0 + r) * ldc + j;
-        for (int q = 0; q < nb; ++q) {
-          float sum = 0.f;
-          for (int u = 0; u < block.steps; ++u) sum += out[q][r * block.steps + u];
-          dst[q] = sum * a_scale[block.row0 + r];
+  template <int kSteps>
+  static void tile(const Block& block, const uint8_t* wb, int64_t k, int64_t group, int64_t groups,
+                   const float* const* scale, const float* zero_scale, float (*out)[kLanes]) {
+    using Acc = __v16si;  // not __m512i: gemm_avx512.cpp's S8 says why
+    constexpr int64_t kLineValues = 4 * kSteps;
+    __m512 total[kCols];
+    for (int q = 0; q < kCols; ++q) total[q] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; ++g) {
+      Acc acc[kCols];
+      for (int q = 0; q < kCols; ++q) acc[q] = Acc{};
+      const int64_t end = k - g * group < group ? k : (g + 1) * group;
+      const uint8_t* line = block.lines + g * group / kLineValues * kLineBytes;
+      const uint8_t* end_line = block.lines + end / kLineValues * kLineBytes;
+      for (const uint8_t* w = wb + g * group; line < end_line; line += kLineBytes, w += kLineValues) {
+        const __m512i values = _mm512_load_si512(line);
+        for (int q = 0; q < kCols; ++q) {
+          acc[q] = reinterpret_cast<Acc>(
+              _mm512_dpbusd_epi32(reinterpret_cast<__m512i>(acc[q]), broadcast_b<kSteps>(w + q * k), values));
         }
       }
+      const __m512 sums = _mm512_load_ps(block.sums + g * kLanes);
+      for (int q = 0; q < kCols; ++q) {
+        total[q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(reinterpret_cast<__m512i>(acc[q])),
+                                   _mm512_set1_ps(scale[q][g]), total[q]);
+        total[q] = _mm512_fnmadd_ps(_mm512_set1_ps(zero_scale[q * groups + g]), sums, total[q]);
+      }
     }
+    for (int q = 0; q < kCols; ++q) _mm512_store_ps(out[q], total[q]);
   }
-}
+};
 
 }  // namespace
 
@@ -327,7 +260,7 @@ void avx512::gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t
                        const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmW4A8);
   if (m >= kPanelRows) {
-    gemm_w4a8_panels(m, n, k, a, lda, a_scale, b, ldb, groups, c, ldc);
+    x86::gemm_w4a8_panels<Panels>(m, n, k, a, lda, a_scale, b, ldb, groups, c, ldc);
     return;
   }
   const x86::W4A8Operands<kStepValues> ops(m, k, a, lda, groups.group, w4a8_prepare_row);

@@ -1,0 +1,119 @@
+// INT4_W4A8's panel kernel, ISA-neutral (gemm_int4_avx512.cpp says why this
+// form): the lanes of a vector run across rows of a, so a group's int32 sums
+// turn into fp32 once per group and column of c. a's rows go into a panel
+// once per call, in blocks of kLanes rows (or kLanes / steps rows of `steps`
+// quads of K, so that the rows fill the lanes); each row of b widens into
+// bytes, a quad of K (one 16-bit word of b: values 4 t .. 4 t + 3) into the
+// bytes of (w | w << 12) & 0x0f0f0f0f, which is values 4 t, 4 t + 2, 4 t + 1,
+// 4 t + 3 (the panel's bytes take the same order), and 4 * steps bytes of it
+// at a time meet a line of the panel. In an anonymous namespace (loop_nest.h
+// says why); no C++ library headers.
+//
+// A level's Panels brings:
+//   kLanes, kCols         int32 lanes of a vector; columns of c a register tile
+//   widen_row(src, k, next, dst)
+//                         k values of a row of b into k bytes; `next` is the
+//                         row to prefetch (rows of b come from memory once)
+//   Gather(lda, block)    gathers a line of the block from its rows of a:
+//                         line(at, dst, sum) stores the line of the rows' bytes
+//                         from `at` on into dst and returns sum plus its lanes'
+//                         sums; zero() and store(sum, dst) the sums' vector
+//   tile<kSteps>(block, wb, k, group, groups, scale, zero_scale, out)
+//                         kCols widened rows (wb, k bytes apart) against the
+//                         block over all of K into out[q][lane]
+#pragma once
+
+#include "arch/x86/w4a8_operands.h"
+#include "core/kernels.h"
+#include "core/scratch.h"
+
+namespace moe_xarch::x86 {
+namespace {
+
+// Quads of K a line of the panel holds of each row, at most: a broadcast of
+// 32 bytes of widened b.
+constexpr int kMaxSteps = 8;
+
+// A block of a's panel: `rows` rows from row0, in lines of `steps` quads of
+// K of each row (lane r * steps + u: quad s * steps + u of row r), with the
+// lanes' sums per group ([group][lane], fp32).
+template <int kLanes>
+struct PanelBlock {
+  int64_t row0;
+  int rows;
+  int steps;  // kLanes over the least power of two >= rows, at most kMaxSteps
+  uint8_t* lines;
+  float* sums;
+
+  PanelBlock(int64_t m, int64_t k, int64_t groups, int64_t ib, uint8_t* scratch)
+      : row0(ib * kLanes), rows(static_cast<int>(m - row0 < kLanes ? m - row0 : kLanes)), steps(kLanes) {
+    for (int held = 1; held < rows; held *= 2) steps /= 2;
+    if (steps > kMaxSteps) steps = kMaxSteps;
+    lines = scratch + ib * bytes(k, groups);
+    sums = reinterpret_cast<float*>(lines + kLanes * k);
+  }
+  static int64_t bytes(int64_t k, int64_t groups) { return kLanes * k + groups * kLanes * 4; }
+};
+
+// The block's rows of a into its lines, and the lanes' sums per group.
+template <class Panels>
+void pack_block(const int8_t* a, int64_t lda, int64_t k, int64_t group, const PanelBlock<Panels::kLanes>& block) {
+  const typename Panels::Gather gather(lda, block);
+  const auto* base = reinterpret_cast<const uint8_t*>(a + block.row0 * lda);
+  const int64_t line_values = 4 * block.steps;
+  uint8_t* line = block.lines;
+  float* sums = block.sums;
+  for (int64_t p0 = 0; p0 < k; p0 += group, sums += Panels::kLanes) {
+    const int64_t end = k - p0 < group ? k : p0 + group;
+    auto sum = Panels::Gather::zero();
+    for (int64_t p = p0; p < end; p += line_values, line += 4 * Panels::kLanes) sum = gather.line(base + p, line, sum);
+    Panels::Gather::store(sum, sums);
+  }
+}
+
+template <class Panels>
+void gemm_w4a8_panels(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
+                      const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
+  constexpr int kLanes = Panels::kLanes, kCols = Panels::kCols;
+  using Block = PanelBlock<kLanes>;
+  const int64_t count = (k + groups.group - 1) / groups.group, blocks = (m + kLanes - 1) / kLanes;
+  uint8_t* panel = thread_scratch(ScratchUse::kPanels, blocks * Block::bytes(k, count));
+  for (int64_t ib = 0; ib < blocks; ++ib) pack_block<Panels>(a, lda, k, groups.group, Block(m, k, count, ib, panel));
+  uint8_t* wb = thread_scratch(ScratchUse::kInt4Groups, kCols * (k + count * 4));
+  auto* zero_scale = reinterpret_cast<float*>(wb + kCols * k);
+  alignas(64) float out[kCols][kLanes];
+  for (int64_t j = 0; j < n; j += kCols) {
+    const int nb = n - j < kCols ? static_cast<int>(n - j) : kCols;
+    const float* scale[kCols];
+    for (int q = 0; q < kCols; ++q) {
+      const int64_t row = j + (q < nb ? q : nb - 1);  // past n, the last again (not stored)
+      const int64_t next = row + kCols < n ? row + kCols : row;
+      Panels::widen_row(b + row * ldb, k, b + next * ldb, wb + q * k);
+      scale[q] = groups.scale + row * groups.ld;
+      for (int64_t g = 0; g < count; ++g) {
+        const int zero = groups.zero != nullptr ? groups.zero[row * groups.ld + g] : kW4A8DefaultZero;
+        zero_scale[q * count + g] = scale[q][g] * static_cast<float>(zero);
+      }
+    }
+    for (int64_t ib = 0; ib < blocks; ++ib) {
+      const Block block(m, k, count, ib, panel);
+      switch (block.steps) {
+        case 1: Panels::template tile<1>(block, wb, k, groups.group, count, scale, zero_scale, out); break;
+        case 2: Panels::template tile<2>(block, wb, k, groups.group, count, scale, zero_scale, out); break;
+        case 4: Panels::template tile<4>(block, wb, k, groups.group, count, scale, zero_scale, out); break;
+        default: Panels::template tile<8>(block, wb, k, groups.group, count, scale, zero_scale, out); break;
+      }
+      for (int r = 0; r < block.rows; ++r) {
+        float* dst = c + (block.row0 + r) * ldc + j;
+        for (int q = 0; q < nb; ++q) {
+          float sum = 0.f;
+          for (int u = 0; u < block.steps; ++u) sum += out[q][r * block.steps + u];
+          dst[q] = sum * a_scale[block.row0 + r];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moe_xarch::x86
