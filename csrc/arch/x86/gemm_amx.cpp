@@ -474,6 +474,10 @@ MOE_X86_INLINE const char* four_bit_ahead(const uint8_t* b, int64_t ldb, int64_t
 // Each group's int32 sums are stored and added into fp32 totals times its
 // scale.
 
+// Below this many rows of a, avx512's INT4 panels beat the tiles (whose
+// groups each take a tile store and reload).
+constexpr int64_t kW4A8TileRows = 6;
+
 // Groups of K in flight: tile multiplies run in order, so a group's sums are
 // stored only after the next group's multiplies are issued.
 constexpr int kGroupsInFlight = 2;
@@ -562,7 +566,7 @@ void widen_w4a8_row(const uint8_t* b, int64_t ldb, const Int4Groups& groups, int
 
 void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale, const uint8_t* b,
                int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc) {
-  if (m < kMinRows) {
+  if (m < kW4A8TileRows) {
     avx512::gemm_w4a8(m, n, k, a, lda, a_scale, b, ldb, groups, c, ldc);
     return;
   }

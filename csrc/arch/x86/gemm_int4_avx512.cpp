@@ -1,7 +1,7 @@
 // The AVX-512 (F, BW, VL, DQ, VNNI) INT4_W4A8 kernels, also the avx512_bf16
-// level's and, below 4 rows of a, amx's. Both multiply the nibbles (unsigned)
-// by a (signed) with vpdpbusd as they are, and take the zero points' part,
-// zero * sum of a over the group, away per group.
+// level's and, below 6 rows of a (gemm_amx.cpp's kW4A8TileRows), amx's. Both
+// multiply the nibbles (unsigned) by a (signed) with vpdpbusd as they are, and
+// take the zero points' part, zero * sum of a over the group, away per group.
 //
 // One row of a (the register kernel, decode's): a 64-byte load of b holds 128
 // values, the even ones in its low nibbles and the odd ones in its high
