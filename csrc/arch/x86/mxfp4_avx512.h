@@ -44,15 +44,13 @@ MOE_X86_INLINE void mxfp4_block(const uint8_t* src, uint8_t s, __m512 (&v)[2]) {
   v[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(second)), scale);
 }
 
-// Twice each E2M1 value, by its nibble, in fp32.
-alignas(64) constexpr float kE2m1Doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-
 // mxfp4_block as bf16, whose bits are the fp32 values' top halves (every such
 // value is exact in bf16): the block's 16 values, times its scale as
 // mxfp4_block does, are a table whose top halves (even 16-bit words after a
 // shift) each nibble indexes.
 MOE_X86_INLINE __m512i mxfp4_block_bf16(const uint8_t* src, uint8_t s) {
-  const __m512 values = _mm512_mul_ps(_mm512_load_ps(kE2m1Doubled), _mm512_set1_ps(half_e8m0(s)));
+  const __m512 doubled = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(e2m1_doubled()));  // a constant, folded
+  const __m512 values = _mm512_mul_ps(doubled, _mm512_set1_ps(half_e8m0(s)));
   const __m512i table = _mm512_srli_epi32(_mm512_castps_si512(values), 16);
   // Byte x holds values 2 x (low nibble) and 2 x + 1: dword x gets their
   // table words, 2 lo and 2 hi, as its two halves.
