@@ -38,7 +38,7 @@ from harness.building import build
 from harness.common import console, paths, project
 from harness.plan import targets
 from harness.plan.levels import up_to
-from harness.setup import containers, images
+from harness.setup import containers, host, images
 
 PLUGIN_DIR = paths.DOCKER / "qemu-plugin"
 BUNDLE = "/opt/qemu-plugin"  # where the plugin image keeps the bundle, and where runs mount it
@@ -272,9 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     jobs = []
     steps = console.StepLog()
     work = paths.REPO / "build" / "insn-count"
+    arches = args.arch or ["aarch64"]
+    with steps.step("host set-up"):
+        host.ensure_host(host.Needs.of([table[platform.machine()], *(table[arch] for arch in arches)]))
     # The emulators are this machine's programs: built on its own architecture's base image.
     host_base = images.ensure_images(table[platform.machine()], work, steps, upto="base")
-    for arch in args.arch or ["aarch64"]:
+    for arch in arches:
         target = table[arch]
         specs = images.ensure_images(target, work, steps, upto="test")
         wheel = build.find_wheel(paths.WHEELHOUSE, arch)

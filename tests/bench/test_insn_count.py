@@ -104,3 +104,19 @@ def test_plot_is_a_png(tmp_path: Path) -> None:
     rows = insn_count.figures(NEON, WORKER, insn_count.parse_marks(MARKS_TEXT)[0])
     path = insn_count.plot(rows, tmp_path / "insn.png")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_host_is_set_up_before_any_image(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh machine has no Docker daemon running: bench-insn starts what the host lacks, as the test sessions do."""
+    order = []
+    monkeypatch.setattr(insn_count.host, "ensure_host", lambda needs: order.append(("host", needs)))
+
+    def images_stop(target: object, *args: object, **kwargs: object) -> None:
+        order.append(("images", target.arch))
+        raise SystemExit("no images in a unit test")
+
+    monkeypatch.setattr(insn_count.images, "ensure_images", images_stop)
+    with pytest.raises(SystemExit):
+        insn_count.main(["--arch", "aarch64"])
+    assert [step for step, _ in order] == ["host", "images"]
+    assert isinstance(order[0][1], insn_count.host.Needs)
