@@ -8,13 +8,14 @@
 // multiplies. Groups are whole chunks: each output keeps an int32 vector per
 // group, whose sum less zero point * sum of a becomes fp32 times the group
 // scale once per group; the per-group operands are set out once per call
-// (W4A8Operands).
+// (W4A8Operands), with vector transposes.
 // In an anonymous namespace (kernels_arm.h says why).
 #pragma once
 
 #include <arm_neon.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "arch/arm/kernels_arm.h"
 #include "core/kernels.h"
@@ -49,13 +50,62 @@ struct W4A8Operands {
         a_sums[i * groups + g] = vaddvq_s32(sum);
       }
     }
-    for (int64_t j = 0; j < quads * 4; ++j) {
-      const int64_t col = min_i64(j, n - 1);
-      for (int64_t g = 0; g < groups; ++g) {
-        const int64_t at = (j / 4 * groups + g) * 4 + j % 4;
-        scales[at] = in.scale[col * in.ld + g];
-        zeros[at] = in.zero ? in.zero[col * in.ld + g] : 8;
+    for (int64_t t = 0; t < quads; ++t) {
+      const float* scale[4];
+      const uint8_t* zero[4];
+      for (int q = 0; q < 4; ++q) {
+        const int64_t col = min_i64(4 * t + q, n - 1);
+        scale[q] = in.scale + col * in.ld;
+        zero[q] = in.zero ? in.zero + col * in.ld : nullptr;
       }
+      quad_scales(scale, scales + t * groups * 4);
+      quad_zeros(zero, zeros + t * groups * 4);
+    }
+  }
+
+ private:
+  // Four columns' scales, group by group: 4 x 4 transposes. The copy is made
+  // per call and decode reads it once, so it must cost about what the tiles'
+  // own reads of it do (a vector a group and quad).
+  void quad_scales(const float* const (&col)[4], float* out) const {
+    int64_t g = 0;
+    for (; g + 4 <= groups; g += 4) {
+      const float32x4_t r0 = vld1q_f32(col[0] + g), r1 = vld1q_f32(col[1] + g);
+      const float32x4_t r2 = vld1q_f32(col[2] + g), r3 = vld1q_f32(col[3] + g);
+      const float64x2_t t0 = vreinterpretq_f64_f32(vtrn1q_f32(r0, r1)), t1 = vreinterpretq_f64_f32(vtrn2q_f32(r0, r1));
+      const float64x2_t t2 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3)), t3 = vreinterpretq_f64_f32(vtrn2q_f32(r2, r3));
+      vst1q_f32(out + 4 * g, vreinterpretq_f32_f64(vzip1q_f64(t0, t2)));
+      vst1q_f32(out + 4 * g + 4, vreinterpretq_f32_f64(vzip1q_f64(t1, t3)));
+      vst1q_f32(out + 4 * g + 8, vreinterpretq_f32_f64(vzip2q_f64(t0, t2)));
+      vst1q_f32(out + 4 * g + 12, vreinterpretq_f32_f64(vzip2q_f64(t1, t3)));
+    }
+    for (; g < groups; ++g) {
+      for (int q = 0; q < 4; ++q) out[4 * g + q] = col[q][g];
+    }
+  }
+
+  // Their zero points as int32 (null: 8), 4 groups a pass: two byte zips
+  // make each 32 bits one group's four, widened twice.
+  void quad_zeros(const uint8_t* const (&col)[4], int32_t* out) const {
+    int64_t g = 0;
+    if (col[0] == nullptr) {
+      for (; g < groups; ++g) vst1q_s32(out + 4 * g, vdupq_n_s32(8));
+      return;
+    }
+    for (; g + 4 <= groups; g += 4) {
+      uint32_t bits[4];
+      for (int q = 0; q < 4; ++q) std::memcpy(&bits[q], col[q] + g, 4);
+      // [c0 c2] then [c1 c3] by group, then [c0 c1 c2 c3] by group.
+      const uint8x8x2_t pairs = vzip_u8(vreinterpret_u8_u32(vld1_u32(bits)), vreinterpret_u8_u32(vld1_u32(bits + 2)));
+      const uint8x8x2_t quads = vzip_u8(pairs.val[0], pairs.val[1]);
+      for (int h = 0; h < 2; ++h) {
+        const uint16x8_t wide = vmovl_u8(quads.val[h]);
+        vst1q_s32(out + 4 * (g + 2 * h), vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(wide))));
+        vst1q_s32(out + 4 * (g + 2 * h + 1), vreinterpretq_s32_u32(vmovl_high_u16(wide)));
+      }
+    }
+    for (; g < groups; ++g) {
+      for (int q = 0; q < 4; ++q) out[4 * g + q] = col[q][g];
     }
   }
 };
