@@ -352,7 +352,8 @@ MOE_ARM_TILE void w4a8_mmla_tile(const W4A8Call& w, const int8_t* pairs, int64_t
         MOE_ARM_UNROLL for (int h = 0; h < 4; ++h) va[r][h] = vld1q_s8(pa[r] + p * 2 + 16 * h);
       }
       MOE_ARM_UNROLL for (int q = 0; q < CP; ++q) {
-        const uint8x16_t x = vld1q_u8(pb[2 * q] + p / 2), y = vld1q_u8(pb[2 * q + 1] + p / 2);
+        // p >= 0: p / 2 would fix its sign every chunk.
+        const uint8x16_t x = vld1q_u8(pb[2 * q] + (p >> 1)), y = vld1q_u8(pb[2 * q + 1] + (p >> 1));
         const uint8x16_t first = zip_lo(x, y), second = zip_hi(x, y);
         const int8x16_t vb[4] = {vreinterpretq_s8_u8(vandq_u8(first, low4)),
                                  vreinterpretq_s8_u8(vandq_u8(second, low4)),

@@ -164,7 +164,7 @@ MOE_ARM_TILE void w4a8_tile(const W4A8Call& w, int64_t i, int64_t j, int64_t nv)
       int8x16x2_t va[R];
       MOE_ARM_UNROLL for (int r = 0; r < R; ++r) va[r] = {{vld1q_s8(pa[r] + p), vld1q_s8(pa[r] + p + 16)}};
       MOE_ARM_UNROLL for (int q = 0; q < C; ++q) {
-        const uint8x16_t x = vld1q_u8(pb[q] + p / 2);
+        const uint8x16_t x = vld1q_u8(pb[q] + (p >> 1));  // p >= 0: p / 2 would fix its sign every chunk
         const int8x16_t even = vreinterpretq_s8_u8(vandq_u8(x, low4));
         const int8x16_t odd = vreinterpretq_s8_u8(vshrq_n_u8(x, 4));
         MOE_ARM_UNROLL for (int r = 0; r < R; ++r) {
