@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     work = paths.REPO / "build" / "insn-count"
     arches = args.arch or ["aarch64"]
     with steps.step("host set-up"):
-        host.ensure_host(host.Needs.of([table[platform.machine()], *(table[arch] for arch in arches)]))
+        host.prepare([table[platform.machine()], *(table[arch] for arch in arches)])
     # The emulators are this machine's programs: built on its own architecture's base image.
     host_base = images.ensure_images(table[platform.machine()], work, steps, upto="base")
     for arch in arches:

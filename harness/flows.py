@@ -74,8 +74,7 @@ def builds_planned(targets: list[Target], requested: list[str], host_arch: str) 
 
 def _prepare(targets: list[Target], steps: console.StepLog) -> None:
     with steps.step("host set-up"):
-        host.ensure_host(host.Needs.of(targets))
-        containers.remove_stale()
+        host.prepare(targets)
 
 
 def _build(target: Target, builder: str, tools: Tools, force: bool, steps: console.StepLog) -> Path:

@@ -508,8 +508,7 @@ def emulated_runs(target: Target, bin_dir: Path, pytest_args: Sequence[str], out
     """Cross-built instrumented wheel, then the suite under each CPU model in the test image,
     the models side by side (each in one process: runners.Qemu.coverage_workers)."""
     build_dir = COVERAGE_BUILD / target.arch
-    host.ensure_host(host.Needs.of([target]))  # Docker, QEMU's registration, debootstrap, as the test sessions do
-    containers.remove_stale()
+    host.prepare([target])  # Docker, QEMU's registration, debootstrap, as the test sessions do
     wheels = _fresh(COVERAGE_BUILD / f"{target.arch}-wheel")
     cross.ensure_compiler(target)
     console.run_streamed(

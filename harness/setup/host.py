@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from harness.common.errors import HarnessError
 from harness.common.project import NAME
 from harness.plan.runners import runner_for
+from harness.setup import containers
 
 if TYPE_CHECKING:
     from harness.plan.targets import Target
@@ -265,3 +266,10 @@ def ensure_host(needs: Needs) -> None:
             "Host set-up ran but did not take; still to do:\n"
             + "\n".join(f"  {action.command}" for action in leftover)
         )
+
+
+def prepare(targets: Iterable[Target]) -> None:
+    """What every session that runs these targets' containers does first: the
+    host set up for them, and the containers of killed runs removed."""
+    ensure_host(Needs.of(targets))
+    containers.remove_stale()

@@ -102,6 +102,16 @@ def test_ensure_host_runs_the_plan_then_checks_again(monkeypatch):
     assert started == [True]
 
 
+def test_prepare_sets_up_the_host_for_the_targets_then_removes_stale_containers(monkeypatch):
+    steps = []
+    monkeypatch.setattr(host, "ensure_host", lambda needs: steps.append(("host", needs)))
+    monkeypatch.setattr(host.containers, "remove_stale", lambda: steps.append(("stale", None)) or [])
+    target = type("T", (), {"arch": "aarch64", "base_image": None, "runner": "qemu"})()
+    monkeypatch.setattr(host, "runner_for", lambda t: type("R", (), {"emulated": True})())
+    host.prepare([target])
+    assert steps == [("host", host.Needs(debootstrap=True, emulated_arches=("aarch64",))), ("stale", None)]
+
+
 def test_ca_bundle_prefers_ssl_cert_file(tmp_path, monkeypatch):
     bundle = tmp_path / "bundle.crt"
     bundle.write_text("x")
