@@ -79,9 +79,7 @@ struct W4A8Operands {
       vst1q_f32(out + 4 * g + 8, vreinterpretq_f32_f64(vzip2q_f64(t0, t2)));
       vst1q_f32(out + 4 * g + 12, vreinterpretq_f32_f64(vzip2q_f64(t1, t3)));
     }
-    for (; g < groups; ++g) {
-      for (int q = 0; q < 4; ++q) out[4 * g + q] = col[q][g];
-    }
+    quad_tail(col, g, out);
   }
 
   // Their zero points as int32 (null: 8), 4 groups a pass: two byte zips
@@ -104,6 +102,12 @@ struct W4A8Operands {
         vst1q_s32(out + 4 * (g + 2 * h + 1), vreinterpretq_s32_u32(vmovl_high_u16(wide)));
       }
     }
+    quad_tail(col, g, out);
+  }
+
+  // Groups from g on, a value at a time: what the passes of four groups leave.
+  template <class In, class Out>
+  void quad_tail(const In* const (&col)[4], int64_t g, Out* out) const {
     for (; g < groups; ++g) {
       for (int q = 0; q < 4; ++q) out[4 * g + q] = col[q][g];
     }
