@@ -231,11 +231,12 @@ def test_decode_long_rows(method: int, packed: bool, tokens: int) -> None:
 
 @BOTH_LAYOUTS
 @pytest.mark.parametrize("dims", [(224, 160), (192, 96)], ids=["K224N160", "K192N96"])
-@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 9, 12, 13])
 def test_mxfp4_rows_per_expert(rows: int, dims: tuple[int, int], packed: bool) -> None:
-    """MXFP4 with bf16 activations, every token on one expert: each count of rows
-    of a that the levels' fused GEMMs take (up to 4 on x86, 1 or 2 on aarch64),
-    and the first they widen for; K and N end in tails of 32, 64 and 96 values
+    """MXFP4 with bf16 activations, every token on one expert: the counts of rows
+    of a that the levels' fused GEMMs take (up to 8 at avx512 and avx512_bf16,
+    12 at avx2, 1 or 2 on aarch64) and the first they widen for, with strips of
+    the fused tiles cut short; K and N end in tails of 32, 64 and 96 values
     past whole vector steps of 128 (and of 32 past steps of 64)."""
     mxfp4 = ALL_METHODS["mxfp4"]
     problem = make_moe_problem(rows, *dims, 2, 1, torch.bfloat16, mxfp4, bias=True, seed=17)

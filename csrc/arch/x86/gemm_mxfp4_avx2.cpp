@@ -123,8 +123,9 @@ struct FmaMxfp4 {
   }
 };
 
-// Up to this many rows of a, MXFP4 is widened in registers (KernelSet::gemm_bf16_mxfp4_takes).
-constexpr int kMxfp4TileRows = 4;
+// Up to this many rows of a, MXFP4 is widened in registers (KernelSet::gemm_bf16_mxfp4_takes):
+// each strip of rows decodes b again, which beats widening to fp32 rows up to 12 rows.
+constexpr int kMxfp4TileRows = 12;
 
 }  // namespace
 
