@@ -63,7 +63,7 @@ struct FmaMxfp4 : x86::Mxfp4StepAvx512 {
 };
 
 // Up to this many rows of a, MXFP4 is widened in registers (KernelSet::gemm_bf16_mxfp4_takes):
-// each strip of rows decodes b again, which beats widened rows up to 8 rows (at 12, not on gpt-oss's K).
+// each strip of rows decodes b again, which beats widened rows up to 8 rows.
 constexpr int kMxfp4TileRows = 8;
 
 }  // namespace
