@@ -105,27 +105,40 @@ struct Mxfp4Fma {
 };
 
 // MXFP4, 32 values (one scale) a step: the block's 16 possible values, E2M1
-// times the scale, are exact in bf16 (or inf), so they are computed once as
-// fp32 and kept as two byte tables (the low and high bytes of their bf16
-// bits); TBL then looks up the even values (low nibbles) and the odd ones
-// (high nibbles), and an interleaving store puts them in order.
+// times the scale, are exact in bf16 (or inf), so their bf16 bits are two
+// byte tables (low and high bytes); TBL then looks up the even values (low
+// nibbles) and the odd ones (high nibbles), and an interleaving store puts
+// them in order.
 constexpr float kE2m1[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
                              -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
+
+// Those tables for every scale s, made once: 8 KiB that a block loads, where
+// computing its tables took 8 vector instructions a block.
+struct Mxfp4ByteTables {
+  uint8_t low[256][16], high[256][16];  // byte 255 (NaN) is refused: its rows stay zero
+};
+
+Mxfp4ByteTables make_byte_tables() {
+  Mxfp4ByteTables t{};
+  for (int s = 0; s < 255; ++s) {
+    for (int x = 0; x < 16; ++x) {
+      const uint32_t bits = __builtin_bit_cast(uint32_t, kE2m1[x] * kE8m0.value[s]);
+      t.low[s][x] = static_cast<uint8_t>(bits >> 16);
+      t.high[s][x] = static_cast<uint8_t>(bits >> 24);
+    }
+  }
+  return t;
+}
 
 // store(c, lo_even, hi_even, lo_odd, hi_odd): the bf16 bytes of values
 // [c, c + 32), each vector 16 of them.
 template <class Store>
 void mxfp4_row(int64_t cols, const uint8_t* src, const uint8_t* scale, Store store) {
-  const float32x4_t e2m1[4] = {vld1q_f32(kE2m1), vld1q_f32(kE2m1 + 4), vld1q_f32(kE2m1 + 8), vld1q_f32(kE2m1 + 12)};
+  static const Mxfp4ByteTables tables = make_byte_tables();
   const uint8x16_t low4 = vdupq_n_u8(15);
   for (int64_t c = 0; c < cols; c += 32) {
-    const float s = kE8m0.value[scale[c / 32]];
-    uint8x16_t bf16[2];
-    for (int h = 0; h < 2; ++h) {
-      bf16[h] = vreinterpretq_u8_u16(vuzp2q_u16(vreinterpretq_u16_f32(vmulq_n_f32(e2m1[2 * h], s)),
-                                                vreinterpretq_u16_f32(vmulq_n_f32(e2m1[2 * h + 1], s))));
-    }
-    const uint8x16_t lo = vuzp1q_u8(bf16[0], bf16[1]), hi = vuzp2q_u8(bf16[0], bf16[1]);
+    const uint8_t s = scale[c / 32];
+    const uint8x16_t lo = vld1q_u8(tables.low[s]), hi = vld1q_u8(tables.high[s]);
     const uint8x16_t x = vld1q_u8(src + c / 2);
     const uint8x16_t even = vandq_u8(x, low4), odd = vshrq_n_u8(x, 4);
     store(c, vqtbl1q_u8(lo, even), vqtbl1q_u8(hi, even), vqtbl1q_u8(lo, odd), vqtbl1q_u8(hi, odd));
