@@ -112,29 +112,32 @@ struct Mxfp4Fma {
 constexpr float kE2m1[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
                              -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
 
-// Those tables for every scale s, made once: 8 KiB that a block loads, where
-// computing its tables took 8 vector instructions a block.
 struct Mxfp4ByteTables {
   uint8_t low[256][16], high[256][16];  // byte 255 (NaN) is refused: its rows stay zero
 };
 
-Mxfp4ByteTables make_byte_tables() {
-  Mxfp4ByteTables t{};
-  for (int s = 0; s < 255; ++s) {
-    for (int x = 0; x < 16; ++x) {
-      const uint32_t bits = __builtin_bit_cast(uint32_t, kE2m1[x] * kE8m0.value[s]);
-      t.low[s][x] = static_cast<uint8_t>(bits >> 16);
-      t.high[s][x] = static_cast<uint8_t>(bits >> 24);
+// Those tables for every scale s, made once for every widening: 8 KiB that a
+// block loads, where computing its tables took 8 vector instructions a block.
+const Mxfp4ByteTables& byte_tables() {
+  static const Mxfp4ByteTables tables = [] {
+    Mxfp4ByteTables t{};
+    for (int s = 0; s < 255; ++s) {
+      for (int x = 0; x < 16; ++x) {
+        const uint32_t bits = __builtin_bit_cast(uint32_t, kE2m1[x] * kE8m0.value[s]);
+        t.low[s][x] = static_cast<uint8_t>(bits >> 16);
+        t.high[s][x] = static_cast<uint8_t>(bits >> 24);
+      }
     }
-  }
-  return t;
+    return t;
+  }();
+  return tables;
 }
 
 // store(c, lo_even, hi_even, lo_odd, hi_odd): the bf16 bytes of values
 // [c, c + 32), each vector 16 of them.
 template <class Store>
 void mxfp4_row(int64_t cols, const uint8_t* src, const uint8_t* scale, Store store) {
-  static const Mxfp4ByteTables tables = make_byte_tables();
+  const Mxfp4ByteTables& tables = byte_tables();
   const uint8x16_t low4 = vdupq_n_u8(15);
   for (int64_t c = 0; c < cols; c += 32) {
     const uint8_t s = scale[c / 32];
