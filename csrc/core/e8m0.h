@@ -1,6 +1,7 @@
 // The values of MXFP4's E8M0 scales, for the kernels that multiply by them:
 // kE8m0.value[s] = 2^(s - 127), subnormal for s == 0. Byte 255 (NaN) is
-// refused by the argument checks, so no kernel meets it.
+// refused by the argument checks, so no kernel meets it. And the E2M1 values
+// they scale, for the kernels that look them up as fp32.
 //
 // Included by files compiled with ISA flags: no C++ library headers, and
 // internal linkage (core/packed_layout.h says why).
@@ -22,6 +23,10 @@ constexpr E8m0Values make_e8m0_values() {
 }
 
 constexpr E8m0Values kE8m0 = make_e8m0_values();
+
+// E2M1 value x: sign (bit 3), magnitude index (bits 0-2).
+constexpr float kE2m1[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
+                             -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
 
 }  // namespace
 }  // namespace moe_xarch

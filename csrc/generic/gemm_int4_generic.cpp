@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/e8m0.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 
@@ -11,10 +12,6 @@ namespace moe_xarch {
 namespace {
 
 int32_t nibble(const uint8_t* row, int64_t p) { return p % 2 == 0 ? row[p / 2] & 15 : row[p / 2] >> 4; }
-
-// E2M1: sign (bit 3), magnitude index (bits 0-2).
-constexpr float kE2m1[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
-                             -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
 
 template <class T, class Convert>
 void mxfp4_row(int64_t cols, const uint8_t* src, const uint8_t* scale, T* dst, Convert convert) {

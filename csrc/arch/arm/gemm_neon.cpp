@@ -109,9 +109,6 @@ struct Mxfp4Fma {
 // byte tables (low and high bytes); TBL then looks up the even values (low
 // nibbles) and the odd ones (high nibbles), and an interleaving store puts
 // them in order.
-constexpr float kE2m1[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
-                             -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
-
 struct Mxfp4ByteTables {
   uint8_t low[256][16], high[256][16];  // byte 255 (NaN) is refused: its rows stay zero
 };
