@@ -471,57 +471,57 @@ MOE_X86_INLINE const char* four_bit_ahead(const uint8_t* b, int64_t ldb, int64_t
 // INT4_W4A8 with the weights as the tiles' first operand: the transposed
 // product c^T = b a^T, so each row of b widens into a tile row as it lies,
 // with no transpose, and only the few rows of a go into panels, once per call.
-// Each group's int32 sums are stored and added into fp32 totals times its
-// scale.
+// Each group's int32 sums are stored and added, times its scale, into fp32
+// totals held in registers over a slice of K. Slices of 16 rows of b widen
+// one ahead, a share after each group's multiplies are issued, so that the
+// widening runs while the tiles multiply.
 
 // Below this many rows of a, avx512's INT4 panels beat the tiles (whose
 // groups each take a tile store and reload).
 constexpr int64_t kW4A8TileRows = 6;
 
-// Groups of K in flight: tile multiplies run in order, so a group's sums are
-// stored only after the next group's multiplies are issued.
+// Groups of K in flight, one tile of sums each: tile multiplies run in
+// order, so a group's sums are stored only after the next group's multiplies
+// are issued.
 constexpr int kGroupsInFlight = 2;
 // Values of K widened at a time: that slice of 16 rows of b, and of the
 // panels of a, stays in L1 for every block of rows of a.
 constexpr int64_t kSliceValues = 512;
 
-// Tiles 0-3: group t's sums against two blocks of rows of a (2 t, 2 t + 1);
-// 4: 16 rows of b, 5 and 6: the two panels, `step` bytes of K.
+// Tiles 0 and 1: the sums of the groups in flight; 2: 16 rows of b, 3: the
+// panel of a block of rows of a, `step` bytes of K.
 TileConfig w4a8_config(int step) {
   TileConfig config(0, 0);
-  for (int t = 0; t < 7; ++t) {
-    config.rows[t] = static_cast<uint8_t>(t >= 5 ? step / 4 : kTileRows);
-    config.colsb[t] = static_cast<uint16_t>(t == 4 ? step : kTileBytes);
+  for (int t = 0; t < 4; ++t) {
+    config.rows[t] = static_cast<uint8_t>(t == 3 ? step / 4 : kTileRows);
+    config.colsb[t] = static_cast<uint16_t>(t == 2 ? step : kTileBytes);
   }
   return config;
 }
 
-// The tile intrinsics take register numbers as literals: w4a8_config's
-// tiles of group t (0, 1) and block h (0, 1) of rows of a, by number.
-MOE_X86_INLINE void w4a8_dot(int t, int h) {
-  switch (2 * t + h) {
-    case 0: _tile_dpbssd(0, 4, 5); break;
-    case 1: _tile_dpbssd(1, 4, 6); break;
-    case 2: _tile_dpbssd(2, 4, 5); break;
-    default: _tile_dpbssd(3, 4, 6);
+// The tile intrinsics take register numbers as literals: w4a8_config's sums
+// of group t in flight, by number.
+MOE_X86_INLINE void w4a8_dot(int t) {
+  if (t == 0) {
+    _tile_dpbssd(0, 2, 3);
+  } else {
+    _tile_dpbssd(1, 2, 3);
   }
 }
 
-MOE_X86_INLINE void w4a8_zero(int t, int h) {
-  switch (2 * t + h) {
-    case 0: _tile_zero(0); break;
-    case 1: _tile_zero(1); break;
-    case 2: _tile_zero(2); break;
-    default: _tile_zero(3);
+MOE_X86_INLINE void w4a8_zero(int t) {
+  if (t == 0) {
+    _tile_zero(0);
+  } else {
+    _tile_zero(1);
   }
 }
 
-MOE_X86_INLINE void w4a8_store(int t, int h, int32_t* dst) {
-  switch (2 * t + h) {
-    case 0: _tile_stored(0, dst, kTileBytes); break;
-    case 1: _tile_stored(1, dst, kTileBytes); break;
-    case 2: _tile_stored(2, dst, kTileBytes); break;
-    default: _tile_stored(3, dst, kTileBytes);
+MOE_X86_INLINE void w4a8_store(int t, int32_t* dst) {
+  if (t == 0) {
+    _tile_stored(0, dst, kTileBytes);
+  } else {
+    _tile_stored(1, dst, kTileBytes);
   }
 }
 
@@ -542,8 +542,8 @@ MOE_X86_INLINE void store_transposed(const void* block, int64_t ld, int rows_b, 
 }
 
 // Values [lo, hi) (multiples of 64, or hi = k) of row `row` of 4-bit b, each
-// less its group's zero point (in [-15, 15]), into dst + lo (zeros past k to
-// the tile row's end).
+// less its group's zero point (in [-15, 15]), into dst (zeros past k to the
+// tile row's end).
 void widen_w4a8_row(const uint8_t* b, int64_t ldb, const Int4Groups& groups, int64_t row, int64_t lo, int64_t hi,
                     int64_t k, int8_t* dst) {
   const uint8_t* src = b + row * ldb;
@@ -560,7 +560,7 @@ void widen_w4a8_row(const uint8_t* b, int64_t ldb, const Int4Groups& groups, int
     const char z0 = static_cast<char>(zero ? zero[g] : 8);
     const char z1 = static_cast<char>(zero && whole ? zero[p + 32 < g_end ? g : g + 1] : z0);
     const __m512i zeros = _mm512_inserti64x4(_mm512_set1_epi8(z0), _mm256_set1_epi8(z1), 1);
-    _mm512_store_si512(dst + p, _mm512_maskz_sub_epi8(whole ? ~__mmask64{0} : 0xffffffffu, q, zeros));
+    _mm512_store_si512(dst + (p - lo), _mm512_maskz_sub_epi8(whole ? ~__mmask64{0} : 0xffffffffu, q, zeros));
   }
 }
 
@@ -576,77 +576,96 @@ void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, co
   const int64_t a_blocks = (m + kTileRows - 1) / kTileRows;
   // Slices end on group ends that are multiples of 64 values (a widening step), or at k.
   const int64_t slice_groups = std::max<int64_t>(kSliceValues / groups.group / 2 * 2, 2);
-  // Each block of 16 rows of a as a panel; 16 widened rows of b; the fp32 totals
-  // of each block of rows of a, [block][row of b][row of a], and the group scales [group][16].
+  const int64_t slice_bytes = std::min(k_bytes, slice_groups * groups.group);
+  const int64_t block_slices = (count + slice_groups - 1) / slice_groups;
+  const int64_t slices = (n + kTileRows - 1) / kTileRows * block_slices;
+  // Each block of 16 rows of a as a panel; two slices of 16 widened rows of b,
+  // with their group scales [group of the slice][16]; the fp32 totals of each
+  // block of rows of a, [block][row of b][row of a].
   const int64_t panel_bytes = kTileRows * k_bytes, total_bytes = kTileRows * kTileRows * sizeof(float);
-  uint8_t* panels = thread_scratch(ScratchUse::kPanels, (a_blocks + 1) * panel_bytes + a_blocks * total_bytes +
-                                                            count * kTileRows * static_cast<int64_t>(sizeof(float)));
+  const int64_t slice_scales = slice_groups * kTileRows;
+  uint8_t* panels = thread_scratch(ScratchUse::kPanels, a_blocks * (panel_bytes + total_bytes) +
+                                                            2 * kTileRows * slice_bytes +
+                                                            2 * slice_scales * static_cast<int64_t>(sizeof(float)));
   auto* w = reinterpret_cast<int8_t*>(panels + a_blocks * panel_bytes);
-  auto* totals = reinterpret_cast<float*>(w + panel_bytes);
+  auto* totals = reinterpret_cast<float*>(w + 2 * kTileRows * slice_bytes);
   float* b_scale = totals + a_blocks * kTileRows * kTileRows;
   for (int64_t ib = 0; ib < a_blocks; ++ib) {
     // The driver's rows of a are zero past k to a multiple of 64 values (core/activations.h).
     pack_panel(reinterpret_cast<const uint8_t*>(a + ib * kTileRows * lda), lda, block_rows(m, ib * kTileRows),
                k_bytes, panels + ib * panel_bytes);
   }
+  // Slice t (each block of rows of b's slices, block by block) widens into
+  // buffer t % 2: its rows [r0, r1).
+  const auto widen = [&](int64_t t, int r0, int r1) {
+    const int64_t j = t / block_slices * kTileRows, s0 = t % block_slices * slice_groups;
+    const int64_t s1 = std::min(count, s0 + slice_groups);
+    const int nb = block_rows(n, j);
+    int8_t* dst = w + t % 2 * kTileRows * slice_bytes;
+    float* scale = b_scale + t % 2 * slice_scales;
+    for (int r = r0; r < r1; ++r) {
+      const int64_t row = j + (r < nb ? r : nb - 1);
+      widen_w4a8_row(b, ldb, groups, row, s0 * groups.group, std::min(k, s1 * groups.group), k, dst + r * slice_bytes);
+      for (int64_t g = s0; g < s1; ++g) scale[(g - s0) * kTileRows + r] = groups.scale[row * groups.ld + g];
+    }
+  };
   const int step = groups.group % kTileBytes == 0 ? kTileBytes : kTileBytes / 2;
   const TileConfig config = w4a8_config(step);
   _tile_loadconfig(&config);
-  alignas(64) int32_t dots[kGroupsInFlight][2][kTileRows][kTileRows];
-  for (int64_t j = 0; j < n; j += kTileRows) {
-    const int nb = block_rows(n, j);
-    for (int64_t i = 0; i < a_blocks * kTileRows * kTileRows; i += kTileRows) {
-      _mm512_store_ps(totals + i, _mm512_setzero_ps());
-    }
-    for (int64_t s0 = 0; s0 < count; s0 += slice_groups) {
-      const int64_t s1 = std::min(count, s0 + slice_groups);
-      const int64_t lo = s0 * groups.group, hi = std::min(k, s1 * groups.group);
-      for (int r = 0; r < kTileRows; ++r) {
-        const int64_t row = j + (r < nb ? r : nb - 1);
-        widen_w4a8_row(b, ldb, groups, row, lo, hi, k, w + r * k_bytes);
-        for (int64_t g = s0; g < s1; ++g) b_scale[g * kTileRows + r] = groups.scale[row * groups.ld + g];
+  alignas(64) int32_t dots[kGroupsInFlight][kTileRows][kTileRows];
+  widen(0, 0, kTileRows);
+  for (int64_t t = 0; t < slices; ++t) {
+    const int64_t j = t / block_slices * kTileRows, s0 = t % block_slices * slice_groups;
+    const int64_t s1 = std::min(count, s0 + slice_groups);
+    const int8_t* wb = w + t % 2 * kTileRows * slice_bytes;
+    const float* slice_scale = b_scale + t % 2 * slice_scales;
+    if (s0 == 0) {
+      for (int64_t i = 0; i < a_blocks * kTileRows * kTileRows; i += kTileRows) {
+        _mm512_store_ps(totals + i, _mm512_setzero_ps());
       }
-      for (int64_t ib = 0; ib < a_blocks; ib += 2) {
-        const int halves = ib + 1 < a_blocks ? 2 : 1;
-        const uint8_t* panel0 = panels + ib * panel_bytes;
-        const uint8_t* panel1 = panel0 + panel_bytes;
-        for (int64_t g0 = s0; g0 < s1; g0 += kGroupsInFlight) {
-          const int in_flight = static_cast<int>(std::min<int64_t>(kGroupsInFlight, s1 - g0));
-          for (int t = 0; t < in_flight; ++t) {
-            const int64_t p0 = (g0 + t) * groups.group, p1 = std::min(k, p0 + groups.group);
-            w4a8_zero(t, 0);
-            if (halves == 2) w4a8_zero(t, 1);
-            for (int64_t p = p0; p < p1; p += step) {
-              _tile_loadd(4, w + p, k_bytes);
-              _tile_loadd(5, panel0 + kTileRows * p, kTileBytes);
-              w4a8_dot(t, 0);
-              if (halves == 2) {
-                _tile_loadd(6, panel1 + kTileRows * p, kTileBytes);
-                w4a8_dot(t, 1);
-              }
-            }
+    }
+    // The next slice widens a share of its rows after each step of groups of
+    // the first block of rows of a.
+    const int64_t shares = (s1 - s0 + kGroupsInFlight - 1) / kGroupsInFlight;
+    for (int64_t ib = 0; ib < a_blocks; ++ib) {
+      const uint8_t* panel = panels + ib * panel_bytes;
+      float* total = totals + ib * kTileRows * kTileRows;
+      // The block's fp32 totals stay in registers over the slice.
+      __m512 sums[kTileRows];
+      for (int r = 0; r < kTileRows; ++r) sums[r] = _mm512_load_ps(total + r * kTileRows);
+      for (int64_t g0 = s0; g0 < s1; g0 += kGroupsInFlight) {
+        const int in_flight = static_cast<int>(std::min<int64_t>(kGroupsInFlight, s1 - g0));
+        for (int u = 0; u < in_flight; ++u) {
+          const int64_t p0 = (g0 + u) * groups.group, p1 = std::min(k, p0 + groups.group);
+          w4a8_zero(u);
+          for (int64_t p = p0; p < p1; p += step) {
+            _tile_loadd(2, wb + (p - s0 * groups.group), slice_bytes);
+            _tile_loadd(3, panel + kTileRows * p, kTileBytes);
+            w4a8_dot(u);
           }
-          for (int t = 0; t < in_flight; ++t) {
-            for (int h = 0; h < halves; ++h) w4a8_store(t, h, &dots[t][h][0][0]);
-          }
-          for (int t = 0; t < in_flight; ++t) {
-            const float* scale = b_scale + (g0 + t) * kTileRows;
-            for (int h = 0; h < halves; ++h) {
-              float* total = totals + (ib + h) * kTileRows * kTileRows;
+        }
+        if (ib == 0 && t + 1 < slices) {
+          const int64_t share = (g0 - s0) / kGroupsInFlight;
+          widen(t + 1, static_cast<int>(kTileRows * share / shares), static_cast<int>(kTileRows * (share + 1) / shares));
+        }
+        for (int u = 0; u < in_flight; ++u) w4a8_store(u, &dots[u][0][0]);
+        for (int u = 0; u < in_flight; ++u) {
+          const float* scale = slice_scale + (g0 + u - s0) * kTileRows;
 #pragma GCC unroll 16
-              for (int r = 0; r < kTileRows; ++r) {
-                _mm512_store_ps(total + r * kTileRows,
-                                _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dots[t][h][r])),
-                                                _mm512_set1_ps(scale[r]), _mm512_load_ps(total + r * kTileRows)));
-              }
-            }
+          for (int r = 0; r < kTileRows; ++r) {
+            sums[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dots[u][r])), _mm512_set1_ps(scale[r]),
+                                      sums[r]);
           }
         }
       }
+      for (int r = 0; r < kTileRows; ++r) _mm512_store_ps(total + r * kTileRows, sums[r]);
     }
-    for (int64_t ib = 0; ib < a_blocks; ++ib) {
-      store_transposed(totals + ib * kTileRows * kTileRows, kTileRows, nb, block_rows(m, ib * kTileRows),
-                       a_scale + ib * kTileRows, c + ib * kTileRows * ldc + j, ldc);
+    if (s1 == count) {
+      const int nb = block_rows(n, j);
+      for (int64_t ib = 0; ib < a_blocks; ++ib) {
+        store_transposed(totals + ib * kTileRows * kTileRows, kTileRows, nb, block_rows(m, ib * kTileRows),
+                         a_scale + ib * kTileRows, c + ib * kTileRows * ldc + j, ldc);
+      }
     }
   }
   _tile_release();
