@@ -478,7 +478,7 @@ MOE_X86_INLINE const char* four_bit_ahead(const uint8_t* b, int64_t ldb, int64_t
 
 // Below this many rows of a, avx512's INT4 panels beat the tiles (whose
 // groups each take a tile store and reload).
-constexpr int64_t kW4A8TileRows = 6;
+constexpr int64_t kW4A8TileRows = 5;
 
 // Groups of K in flight, one tile of sums each: tile multiplies run in
 // order, so a group's sums are stored only after the next group's multiplies
