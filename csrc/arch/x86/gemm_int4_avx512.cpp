@@ -1,5 +1,5 @@
 // The AVX-512 (F, BW, VL, DQ, VNNI) INT4_W4A8 kernels, also the avx512_bf16
-// level's and, below 6 rows of a (gemm_amx.cpp's kW4A8TileRows), amx's. Both
+// level's and, below gemm_amx.cpp's kW4A8TileRows rows of a, amx's. Both
 // multiply the nibbles (unsigned) by a (signed) with vpdpbusd as they are, and
 // take the zero points' part, zero * sum of a over the group, away per group.
 //
