@@ -595,18 +595,27 @@ void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, co
     pack_panel(reinterpret_cast<const uint8_t*>(a + ib * kTileRows * lda), lda, block_rows(m, ib * kTileRows),
                k_bytes, panels + ib * panel_bytes);
   }
-  // Slice t (each block of rows of b's slices, block by block) widens into
-  // buffer t % 2: its rows [r0, r1).
+  // Slice t: each block of rows of b's slices, block by block; its rows of
+  // b from j, its groups [s0, s1), widened into buffer t % 2.
+  struct Slice {
+    int64_t j, s0, s1;
+    int8_t* w;
+    float* scale;
+  };
+  const auto slice = [&](int64_t t) {
+    const int64_t s0 = t % block_slices * slice_groups;
+    return Slice{t / block_slices * kTileRows, s0, std::min(count, s0 + slice_groups),
+                 w + t % 2 * kTileRows * slice_bytes, b_scale + t % 2 * slice_scales};
+  };
+  // Slice t's rows [r0, r1) widened.
   const auto widen = [&](int64_t t, int r0, int r1) {
-    const int64_t j = t / block_slices * kTileRows, s0 = t % block_slices * slice_groups;
-    const int64_t s1 = std::min(count, s0 + slice_groups);
-    const int nb = block_rows(n, j);
-    int8_t* dst = w + t % 2 * kTileRows * slice_bytes;
-    float* scale = b_scale + t % 2 * slice_scales;
+    const Slice sl = slice(t);
+    const int nb = block_rows(n, sl.j);
     for (int r = r0; r < r1; ++r) {
-      const int64_t row = j + (r < nb ? r : nb - 1);
-      widen_w4a8_row(b, ldb, groups, row, s0 * groups.group, std::min(k, s1 * groups.group), k, dst + r * slice_bytes);
-      for (int64_t g = s0; g < s1; ++g) scale[(g - s0) * kTileRows + r] = groups.scale[row * groups.ld + g];
+      const int64_t row = sl.j + (r < nb ? r : nb - 1);
+      widen_w4a8_row(b, ldb, groups, row, sl.s0 * groups.group, std::min(k, sl.s1 * groups.group), k,
+                     sl.w + r * slice_bytes);
+      for (int64_t g = sl.s0; g < sl.s1; ++g) sl.scale[(g - sl.s0) * kTileRows + r] = groups.scale[row * groups.ld + g];
     }
   };
   const int step = groups.group % kTileBytes == 0 ? kTileBytes : kTileBytes / 2;
@@ -615,10 +624,7 @@ void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, co
   alignas(64) int32_t dots[kGroupsInFlight][kTileRows][kTileRows];
   widen(0, 0, kTileRows);
   for (int64_t t = 0; t < slices; ++t) {
-    const int64_t j = t / block_slices * kTileRows, s0 = t % block_slices * slice_groups;
-    const int64_t s1 = std::min(count, s0 + slice_groups);
-    const int8_t* wb = w + t % 2 * kTileRows * slice_bytes;
-    const float* slice_scale = b_scale + t % 2 * slice_scales;
+    const auto [j, s0, s1, wb, slice_scale] = slice(t);
     if (s0 == 0) {
       for (int64_t i = 0; i < a_blocks * kTileRows * kTileRows; i += kTileRows) {
         _mm512_store_ps(totals + i, _mm512_setzero_ps());
@@ -646,7 +652,8 @@ void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, co
         }
         if (ib == 0 && t + 1 < slices) {
           const int64_t share = (g0 - s0) / kGroupsInFlight;
-          widen(t + 1, static_cast<int>(kTileRows * share / shares), static_cast<int>(kTileRows * (share + 1) / shares));
+          widen(t + 1, static_cast<int>(kTileRows * share / shares),
+                static_cast<int>(kTileRows * (share + 1) / shares));
         }
         for (int u = 0; u < in_flight; ++u) w4a8_store(u, &dots[u][0][0]);
         for (int u = 0; u < in_flight; ++u) {
