@@ -18,6 +18,7 @@
 #include "arch/x86/e4m3_bf16.h"
 #include "arch/x86/kernels_x86.h"
 #include "arch/x86/mxfp4_avx512.h"
+#include "arch/x86/w4a8_operands.h"
 #include "core/kernel_use.h"
 #include "core/kernels.h"
 #include "core/scratch.h"
@@ -557,7 +558,7 @@ void widen_w4a8_row(const uint8_t* b, int64_t ldb, const Int4Groups& groups, int
     const __m512i w = _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(whole ? ~__mmask32{0} : 0xffff, src + p / 2));
     const __m512i q = _mm512_ternarylogic_epi32(w, _mm512_slli_epi16(w, 4), _mm512_set1_epi16(0x0f0f), 0xa8);  // (w | w << 4) & 0x0f0f
     // Values [p, p + 32) and [p + 32, p + 64) may be two groups.
-    const char z0 = static_cast<char>(zero ? zero[g] : 8);
+    const char z0 = static_cast<char>(zero ? zero[g] : x86::kW4A8DefaultZero);
     const char z1 = static_cast<char>(zero && whole ? zero[p + 32 < g_end ? g : g + 1] : z0);
     const __m512i zeros = _mm512_inserti64x4(_mm512_set1_epi8(z0), _mm256_set1_epi8(z1), 1);
     _mm512_store_si512(dst + (p - lo), _mm512_maskz_sub_epi8(whole ? ~__mmask64{0} : 0xffffffffu, q, zeros));
