@@ -16,10 +16,11 @@
 namespace moe_xarch {
 
 constexpr int64_t kTokenChunk = 128;  // rows of a per GEMM call: bounds the fp32 tile buffers
-// Activation columns per phase-2 work item: 128 rows of gate and of up,
+// Activation columns per phase-2 work item, at most (work_sharing.h's
+// item_width narrows them for many threads): 128 rows of gate and of up,
 // which a tile-layout GEMM streams as 4 blocks of 16 side by side at a time.
 constexpr int64_t kInterBlock = 128;
-constexpr int64_t kHiddenBlock = 128;  // output columns per phase-3 work item
+constexpr int64_t kHiddenBlock = 128;  // output columns per phase-3 work item, at most (as kInterBlock)
 
 // One thread's scratch for a work item.
 struct Scratch {

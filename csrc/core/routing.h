@@ -17,6 +17,11 @@ struct Routing {
 
   int64_t slots() const { return static_cast<int64_t>(token.size()); }
   int64_t rows(int64_t expert) const { return expert_begin[expert + 1] - expert_begin[expert]; }
+  int64_t routed_experts() const {
+    int64_t routed = 0;
+    for (size_t e = 0; e + 1 < expert_begin.size(); ++e) routed += expert_begin[e + 1] > expert_begin[e];
+    return routed;
+  }
 };
 
 // A counting sort by expert; then the packed headers of the experts it routes

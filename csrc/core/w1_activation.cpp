@@ -3,6 +3,7 @@
 #include <array>
 #include <limits>
 
+#include "core/checked.h"
 #include "core/expert_gemm.h"
 #include "core/phases.h"
 #include "core/stable_torch.h"
@@ -56,11 +57,13 @@ Activations w1_activation(const KernelSet& kernels, const MoeProblem& p, const R
     inter_f32 = aligned_buffer<float>(slots, inter.ld, "the fp32 intermediate (a row of N per routed slot)");
   }
   const ExpertGemm gemm1(kernels, p, p.w1);
-  const auto items = work_items(routing, p.experts, N, kInterBlock);
+  const int64_t routed = routing.routed_experts();
+  const int64_t width = item_width(kInterBlock, [&](int64_t w) { return routed * ceil_div(N, w); });
+  const auto items = work_items(routing, p.experts, N, width);
   const auto make_scratch = [&] { return gemm1.scratch(); };
   for_each_shared_item(static_cast<int64_t>(items.size()), make_scratch, [&](int64_t item, Scratch& scratch) {
     const auto [e, j0] = items[item];
-    const int64_t j1 = std::min(N, j0 + kInterBlock);
+    const int64_t j1 = std::min(N, j0 + width);
     const bool halves = p.activation == Activation::kSiluAndMul;  // else gate and up interleave
     const int64_t rows = routing.rows(e);
     const WeightTile gate = halves ? gemm1.tile(e, j0, j1, rows, x.ld, scratch, 0)

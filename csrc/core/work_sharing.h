@@ -1,4 +1,5 @@
-// Independent work items shared by the threads of one parallel region.
+// Independent work items shared by the threads of one parallel region, and
+// how wide a phase makes them.
 //
 // Each thread owns a contiguous run of items and takes them front to back,
 // so the weights it reads stream as one run; a thread whose run is done takes
@@ -52,6 +53,26 @@ class SharedItems {
   int64_t runs_;
   std::unique_ptr<Bounds[]> bounds_;
 };
+
+// Work items a thread should have to choose from: with fewer, the threads
+// whose share of memory bandwidth is short hold the others up at the end.
+constexpr int64_t kItemsPerThread = 4;
+// Columns an item never goes below: avx512_bf16's line kernels take 64
+// columns at a time, then 32, then 16, each step with its own order of sums,
+// so a narrower item would change a column's value with the thread count.
+constexpr int64_t kNarrowestItem = 64;
+
+// A phase's item width: `widest` columns (a power of two from kNarrowestItem),
+// halved while items_of(width), the items it gives, number fewer than
+// kItemsPerThread a thread: in decode an expert's few blocks would leave most
+// of 16 or more threads idle.
+template <class ItemsOf>
+int64_t item_width(int64_t widest, ItemsOf items_of) {
+  const int64_t wanted = kItemsPerThread * num_threads();
+  int64_t width = widest;
+  while (width > kNarrowestItem && items_of(width) < wanted) width /= 2;
+  return width;
+}
 
 // work(item, scratch) for every item in [0, items), on torch's threads sharing
 // them as above; each thread makes its scratch once (make_scratch()).

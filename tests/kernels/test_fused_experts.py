@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -278,6 +279,15 @@ def test_activation_saturates(method: int, activation: str, tokens: int) -> None
     assert_matches_reference(actual, expected, method, torch.float32)
 
 
+def _on_threads(threads: int, call: Callable[[], torch.Tensor]) -> torch.Tensor:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return call()
+    finally:
+        torch.set_num_threads(previous)
+
+
 @EVERY_METHOD
 @pytest.mark.parametrize("threads", [2, 3])
 def test_parallel_matches_reference(method: int, threads: int) -> None:
@@ -287,12 +297,23 @@ def test_parallel_matches_reference(method: int, threads: int) -> None:
     problem = make_moe_problem(67, *_fit(method, 72, 40), 8, 3, torch.bfloat16, method, bias=True, seed=11)
     expected = problem.run(reference.fused_experts)
     serial = moe_xarch.fused_experts(**problem.kwargs())
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        parallel = moe_xarch.fused_experts(**problem.kwargs())
-    finally:
-        torch.set_num_threads(previous)
+    parallel = _on_threads(threads, lambda: moe_xarch.fused_experts(**problem.kwargs()))
+    assert_matches_reference(parallel, expected, method, torch.bfloat16)
+    assert torch.equal(parallel, serial)
+
+
+@EVERY_METHOD
+@BOTH_LAYOUTS
+def test_many_threads_narrow_the_items_alike(method: int, packed: bool) -> None:
+    """64 threads (whatever the machine has) narrow the work items of both
+    phases from 128 columns to 64, so that each thread has more to choose
+    from; each output value is still computed as one thread computes it, to
+    the bit. Most experts get one row, where the line kernels' order of sums
+    depends on how many columns they take at a time (so would a narrower item)."""
+    problem = make_moe_problem(16, 512, 512, 32, 2, torch.bfloat16, method, bias=True, seed=12)
+    expected = problem.run(reference.fused_experts)
+    serial = moe_xarch.fused_experts(**problem.kwargs(packed=packed))
+    parallel = _on_threads(64, lambda: moe_xarch.fused_experts(**problem.kwargs(packed=packed)))
     assert_matches_reference(parallel, expected, method, torch.bfloat16)
     assert torch.equal(parallel, serial)
 

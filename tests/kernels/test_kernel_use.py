@@ -151,8 +151,9 @@ def test_a_wrong_level_is_named() -> None:
 
 def test_counts_come_from_every_thread() -> None:
     """The calls of the ATen worker threads count as the calling thread's do: the same
-    calls whatever the thread count (the work items do not depend on it)."""
-    problem = make_moe_problem(TOKENS, 256, 256, EXPERTS, TOPK, torch.bfloat16)
+    calls whatever the thread count (at 1 and 2 threads, these widths give each
+    phase the same work items: 4 a thread and more)."""
+    problem = make_moe_problem(TOKENS, 1024, 1024, EXPERTS, TOPK, torch.bfloat16)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
