@@ -77,13 +77,15 @@ struct Mxfp4StepAvx512 {
     for (int j = 0; j < 4; ++j) x[j] = 32 * j < values ? _mm512_loadu_si512(a + 32 * j) : _mm512_setzero_si512();
   }
 
-  // 2^(s - 127) for the blocks' scales s, by lane; scalef keeps s = 0's
-  // 2^-127 (subnormal) exact. Blocks past the row's end read as s = 0.
+  // 2^(s - 127) for the blocks' scales s, by lane: s in the fp32 exponent
+  // field, exactly, for s >= 1; s = 0's 2^-127 is the subnormal 0x00400000,
+  // which an unsigned max with it gives, every normal's bits being larger.
+  // Blocks past the row's end read as s = 0.
   static MOE_X86_INLINE Acc scales(const uint8_t* s, int64_t blocks) {
     const __m128i bytes = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << blocks) - 1), s);
     const __m128i spread = _mm_shuffle_epi8(bytes, _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-    const __m128i exponent = _mm_sub_epi8(spread, _mm_set1_epi8(127));  // in [-127, 127]: an int8
-    return _mm512_scalef_ps(_mm512_set1_ps(1.f), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(exponent)));
+    const __m512i exponent = _mm512_slli_epi32(_mm512_cvtepu8_epi32(spread), 23);
+    return _mm512_castsi512_ps(_mm512_max_epu32(exponent, _mm512_set1_epi32(0x00400000)));
   }
 
   static MOE_X86_INLINE Acc scaled(Acc acc, Acc s, Acc total) { return _mm512_fmadd_ps(acc, s, total); }
