@@ -10,15 +10,34 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import torch
 
+T = TypeVar("T")
+
 # pytest-xdist runs one worker per core; ATen threads on top of that only contend
-# on these tiny shapes. test_fused_experts.py::test_parallel_* turns threads back
-# on where the kernel's work splitting is under test.
+# on these tiny shapes. The on_threads fixture turns threads back on where the
+# kernel's work splitting is under test.
 torch.set_num_threads(1)
+
+
+def _on_threads(threads: int, call: Callable[[], T]) -> T:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return call()
+    finally:
+        torch.set_num_threads(previous)
+
+
+@pytest.fixture
+def on_threads() -> Callable[[int, Callable[[], T]], T]:
+    """on_threads(threads, call): call() on that many ATen threads, then the suite's one again."""
+    return _on_threads
 
 
 LEVEL_RUNNER = Path(__file__).with_name("level_runner.py")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import zlib
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -279,32 +278,23 @@ def test_activation_saturates(method: int, activation: str, tokens: int) -> None
     assert_matches_reference(actual, expected, method, torch.float32)
 
 
-def _on_threads(threads: int, call: Callable[[], torch.Tensor]) -> torch.Tensor:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        return call()
-    finally:
-        torch.set_num_threads(previous)
-
-
 @EVERY_METHOD
 @pytest.mark.parametrize("threads", [2, 3])
-def test_parallel_matches_reference(method: int, threads: int) -> None:
+def test_parallel_matches_reference(method: int, threads: int, on_threads) -> None:
     """With ATen threads on (the suite otherwise runs single-threaded), work split
     across threads gives the same answer, to the bit: every output value is
     computed by one work item, and slots are summed in a fixed order."""
     problem = make_moe_problem(67, *_fit(method, 72, 40), 8, 3, torch.bfloat16, method, bias=True, seed=11)
     expected = problem.run(reference.fused_experts)
     serial = moe_xarch.fused_experts(**problem.kwargs())
-    parallel = _on_threads(threads, lambda: moe_xarch.fused_experts(**problem.kwargs()))
+    parallel = on_threads(threads, lambda: moe_xarch.fused_experts(**problem.kwargs()))
     assert_matches_reference(parallel, expected, method, torch.bfloat16)
     assert torch.equal(parallel, serial)
 
 
 @EVERY_METHOD
 @BOTH_LAYOUTS
-def test_many_threads_narrow_the_items_alike(method: int, packed: bool) -> None:
+def test_many_threads_narrow_the_items_alike(method: int, packed: bool, on_threads) -> None:
     """64 threads (whatever the machine has) narrow the work items of both
     phases from 128 columns to 64, so that each thread has more to choose
     from; each output value is still computed as one thread computes it, to
@@ -313,7 +303,7 @@ def test_many_threads_narrow_the_items_alike(method: int, packed: bool) -> None:
     problem = make_moe_problem(16, 512, 512, 32, 2, torch.bfloat16, method, bias=True, seed=12)
     expected = problem.run(reference.fused_experts)
     serial = moe_xarch.fused_experts(**problem.kwargs(packed=packed))
-    parallel = _on_threads(64, lambda: moe_xarch.fused_experts(**problem.kwargs(packed=packed)))
+    parallel = on_threads(64, lambda: moe_xarch.fused_experts(**problem.kwargs(packed=packed)))
     assert_matches_reference(parallel, expected, method, torch.bfloat16)
     assert torch.equal(parallel, serial)
 

@@ -149,19 +149,13 @@ def test_a_wrong_level_is_named() -> None:
         "gemm_s8_tiles: the avx2 level runs no gemm_s8_tiles kernel, but avx512_bf16's ran"]
 
 
-def test_counts_come_from_every_thread() -> None:
+def test_counts_come_from_every_thread(on_threads) -> None:
     """The calls of the ATen worker threads count as the calling thread's do: the same
     calls whatever the thread count (at 1 and 2 threads, these widths give each
     phase the same work items: 4 a thread and more)."""
     problem = make_moe_problem(TOKENS, 1024, 1024, EXPERTS, TOPK, torch.bfloat16)
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = measured(lambda: problem.run(moe_xarch.fused_experts))
-        torch.set_num_threads(2)
-        two = measured(lambda: problem.run(moe_xarch.fused_experts))
-    finally:
-        torch.set_num_threads(threads)
+    one = on_threads(1, lambda: measured(lambda: problem.run(moe_xarch.fused_experts)))
+    two = on_threads(2, lambda: measured(lambda: problem.run(moe_xarch.fused_experts)))
     assert one and two == one
 
 
