@@ -40,19 +40,53 @@ void* aligned_bytes(int64_t rows, int64_t width, int64_t elem_bytes, const char*
   return data;
 }
 
-uint8_t* thread_scratch(ScratchUse use, int64_t bytes) {
-  struct Buffer {
-    AlignedBuffer<uint8_t> data;
-    int64_t capacity = 0;
-  };
-  thread_local std::array<Buffer, static_cast<size_t>(ScratchUse::kInt4Groups) + 1> buffers;
-  Buffer& buffer = buffers[static_cast<size_t>(use)];
+namespace {
+
+struct ScratchBuffer {
+  AlignedBuffer<uint8_t> data;
+  int64_t capacity = 0;
+  // The rows thread_prepared_rows last prepared here (a null: none, or the buffer was taken since).
+  const void* a = nullptr;
+  int64_t m = 0, k = 0;
+};
+
+using ThreadBuffers = std::array<ScratchBuffer, static_cast<size_t>(ScratchUse::kInt4Groups) + 1>;
+
+ThreadBuffers& thread_buffers() {
+  thread_local ThreadBuffers buffers;
+  return buffers;
+}
+
+ScratchBuffer& scratch_buffer(ScratchUse use, int64_t bytes) {
+  ScratchBuffer& buffer = thread_buffers()[static_cast<size_t>(use)];
   if (buffer.capacity < bytes) {
+    buffer.a = nullptr;
     buffer.data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, static_cast<size_t>(bytes))));
     buffer.capacity = buffer.data ? bytes : 0;
     if (!buffer.data) throw std::bad_alloc();
   }
+  return buffer;
+}
+
+}  // namespace
+
+uint8_t* thread_scratch(ScratchUse use, int64_t bytes) {
+  ScratchBuffer& buffer = scratch_buffer(use, bytes);
+  buffer.a = nullptr;
   return buffer.data.get();
+}
+
+PreparedRows thread_prepared_rows(ScratchUse use, int64_t bytes, const void* a, int64_t m, int64_t k) {
+  ScratchBuffer& buffer = scratch_buffer(use, bytes);
+  const bool ready = buffer.a == a && buffer.m == m && buffer.k == k;
+  buffer.a = a;
+  buffer.m = m;
+  buffer.k = k;
+  return {buffer.data.get(), ready};
+}
+
+void forget_prepared_rows() {
+  for (ScratchBuffer& buffer : thread_buffers()) buffer.a = nullptr;
 }
 
 }  // namespace moe_xarch

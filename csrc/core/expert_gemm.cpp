@@ -3,6 +3,7 @@
 #include <array>
 
 #include "core/packing.h"
+#include "core/scratch.h"
 #include "core/stable_torch.h"
 
 namespace moe_xarch {
@@ -192,6 +193,7 @@ void ExpertGemm::check_values() const {
 }
 
 Scratch ExpertGemm::scratch() const {
+  forget_prepared_rows();
   Scratch s;
   s.out0 = aligned_buffer<float>(kTokenChunk, kMaxTileRows, "a GEMM output tile");
   s.out1 = aligned_buffer<float>(kTokenChunk, kMaxTileRows, "a GEMM output tile");

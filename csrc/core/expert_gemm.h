@@ -70,7 +70,9 @@ class ExpertGemm {
   // Rows of weight values one thread's scratch holds.
   static constexpr int64_t kMaxTileRows = std::max(2 * kInterBlock, kHiddenBlock);
 
-  // One thread's scratch: the output tiles (tile() adds weight tiles if it widens).
+  // One thread's scratch for its share of the phase: the output tiles (tile()
+  // adds weight tiles if it widens). The rows of a its kernels prepared before
+  // are forgotten (core/scratch.h).
   Scratch scratch() const;
 
   // After a phase: the error for the first expert whose tiles held a bad

@@ -258,6 +258,25 @@ def test_prefill_rows(method: int, packed: bool) -> None:
 
 
 @EVERY_METHOD
+@BOTH_LAYOUTS
+def test_each_call_multiplies_its_own_rows(method: int, packed: bool, on_threads) -> None:
+    """Kernels prepare rows of activations once for all the work items of a
+    thread's share that multiply them (core/scratch.h's prepared rows), never
+    across shares. On 2 threads, one expert whose W1 is one work item and W2 is
+    four: a thread that takes no W1 item in the second call meets, in its W2
+    items, rows at the address where the first call's lay. Each call matches
+    the reference for its own hidden states."""
+    problem = make_moe_problem(16, *_fit(method, 256, 32), 1, 1, torch.bfloat16, method, seed=15)
+    first = problem.arguments["hidden_states"]
+    second = torch.randn(first.shape, generator=torch.Generator().manual_seed(16)).to(first.dtype)
+    actual = on_threads(2, lambda: [moe_xarch.fused_experts(**problem.kwargs(packed=packed, hidden_states=x.clone()))
+                                    for x in (first, second)])
+    for x, result in zip((first, second), actual):
+        expected = problem.run(reference.fused_experts, hidden_states=x)
+        assert_matches_reference(result, expected, method, torch.bfloat16)
+
+
+@EVERY_METHOD
 @pytest.mark.parametrize("activation", ["silu", "swiglu_limit"])
 @pytest.mark.parametrize("tokens", [1, 37])
 def test_activation_saturates(method: int, activation: str, tokens: int) -> None:

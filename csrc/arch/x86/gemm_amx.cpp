@@ -471,7 +471,8 @@ MOE_X86_INLINE const char* four_bit_ahead(const uint8_t* b, int64_t ldb, int64_t
 
 // INT4_W4A8 with the weights as the tiles' first operand: the transposed
 // product c^T = b a^T, so each row of b widens into a tile row as it lies,
-// with no transpose, and only the few rows of a go into panels, once per call.
+// with no transpose, and only the few rows of a go into panels, once for all
+// the calls on the same rows (thread_prepared_rows).
 // Each group's int32 sums are stored and added, times its scale, into fp32
 // totals held in registers over a slice of K. Slices of 16 rows of b widen
 // one ahead, a share after each group's multiplies are issued, so that the
@@ -585,13 +586,16 @@ void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, co
   // block of rows of a, [block][row of b][row of a].
   const int64_t panel_bytes = kTileRows * k_bytes, total_bytes = kTileRows * kTileRows * sizeof(float);
   const int64_t slice_scales = slice_groups * kTileRows;
-  uint8_t* panels = thread_scratch(ScratchUse::kPanels, a_blocks * (panel_bytes + total_bytes) +
-                                                            2 * kTileRows * slice_bytes +
-                                                            2 * slice_scales * static_cast<int64_t>(sizeof(float)));
+  const PreparedRows prepared = thread_prepared_rows(
+      ScratchUse::kPanels,
+      a_blocks * (panel_bytes + total_bytes) + 2 * kTileRows * slice_bytes +
+          2 * slice_scales * static_cast<int64_t>(sizeof(float)),
+      a, m, k);
+  uint8_t* panels = prepared.data;
   auto* w = reinterpret_cast<int8_t*>(panels + a_blocks * panel_bytes);
   auto* totals = reinterpret_cast<float*>(w + 2 * kTileRows * slice_bytes);
   float* b_scale = totals + a_blocks * kTileRows * kTileRows;
-  for (int64_t ib = 0; ib < a_blocks; ++ib) {
+  for (int64_t ib = 0; ib < a_blocks && !prepared.ready; ++ib) {
     // The driver's rows of a are zero past k to a multiple of 64 values (core/activations.h).
     pack_panel(reinterpret_cast<const uint8_t*>(a + ib * kTileRows * lda), lda, block_rows(m, ib * kTileRows),
                k_bytes, panels + ib * panel_bytes);
@@ -681,8 +685,8 @@ void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, co
 
 // MXFP4 with the weights as the tiles' first operand, as INT4's: each 32 rows
 // of b widen exactly into bf16 rows (x86::mxfp4_block_bf16, a block of 32
-// values at a time), with no transpose, and meet the panels of a, made once
-// per call, in tile_loop; the scales are in the widened values, so the sums
+// values at a time), with no transpose, and meet the panels of a, made as
+// INT4's, in tile_loop; the scales are in the widened values, so the sums
 // run over all of K.
 
 // tile_loop's blocks of c^T into c: block row r is row jw + i + r of b, column
@@ -710,9 +714,11 @@ void gemm_bf16_mxfp4(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t
   const int64_t k_bytes = 2 * k;  // a multiple of 64: whole tile rows
   const int64_t a_blocks = (m + kTileRows - 1) / kTileRows;
   // The panels of a, then 32 widened rows of b.
-  uint8_t* panels = thread_scratch(ScratchUse::kPanels, (a_blocks + 2) * kTileRows * k_bytes);
+  const PreparedRows prepared =
+      thread_prepared_rows(ScratchUse::kPanels, (a_blocks + 2) * kTileRows * k_bytes, a, m, k);
+  uint8_t* panels = prepared.data;
   auto* w = reinterpret_cast<uint16_t*>(panels + a_blocks * kTileRows * k_bytes);
-  for (int64_t ib = 0; ib < a_blocks; ++ib) {
+  for (int64_t ib = 0; ib < a_blocks && !prepared.ready; ++ib) {
     pack_panel(reinterpret_cast<const uint8_t*>(a + ib * kTileRows * lda), 2 * lda, block_rows(m, ib * kTileRows),
                k_bytes, panels + ib * kTileRows * k_bytes);
   }
