@@ -259,19 +259,22 @@ def test_prefill_rows(method: int, packed: bool) -> None:
 
 @EVERY_METHOD
 @BOTH_LAYOUTS
-def test_each_call_multiplies_its_own_rows(method: int, packed: bool, on_threads) -> None:
+@pytest.mark.parametrize("tokens", [1, 16])
+def test_each_call_multiplies_its_own_rows(method: int, packed: bool, tokens: int, on_threads) -> None:
     """Kernels prepare rows of activations once for all the work items of a
     thread's share that multiply them (core/scratch.h's prepared rows), never
     across shares. On 2 threads, one expert whose W1 is one work item and W2 is
-    four: a thread that takes no W1 item in the second call meets, in its W2
-    items, rows at the address where the first call's lay. Each call matches
-    the reference for its own hidden states."""
-    problem = make_moe_problem(16, *_fit(method, 256, 32), 1, 1, torch.bfloat16, method, seed=15)
+    four: a thread that takes no W1 item in a later call meets, in its W2
+    items, rows at the address where an earlier call's lay. Each call matches
+    the reference for its own hidden states, with one row of a (the one-row
+    kernels) and 16 (panels and tiles)."""
+    problem = make_moe_problem(tokens, *_fit(method, 256, 32), 1, 1, torch.bfloat16, method, seed=15)
     first = problem.arguments["hidden_states"]
     second = torch.randn(first.shape, generator=torch.Generator().manual_seed(16)).to(first.dtype)
+    calls = (first, second) * 3  # buffers land where an earlier call's did on some calls, not on all
     actual = on_threads(2, lambda: [moe_xarch.fused_experts(**problem.kwargs(packed=packed, hidden_states=x.clone()))
-                                    for x in (first, second)])
-    for x, result in zip((first, second), actual):
+                                    for x in calls])
+    for x, result in zip(calls, actual):
         expected = problem.run(reference.fused_experts, hidden_states=x)
         assert_matches_reference(result, expected, method, torch.bfloat16)
 

@@ -105,7 +105,8 @@ struct Mxfp4Tiles {
   }
 };
 
-// The Op's GEMM: a's rows reordered once, into this thread's scratch.
+// The Op's GEMM: a's rows reordered once, into this thread's scratch, for
+// every call on the same rows (thread_prepared_rows).
 template <class Op>
 MOE_X86_INLINE void gemm_bf16_mxfp4_with(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                                          const uint8_t* b, int64_t ldb, const uint8_t* scale, int64_t scale_ld,
@@ -113,8 +114,10 @@ MOE_X86_INLINE void gemm_bf16_mxfp4_with(int64_t m, int64_t n, int64_t k, const 
   using A = typename Op::A;
   const int64_t steps = (k + Op::kStep - 1) / Op::kStep;
   const int64_t ld = steps * Op::kStep;
-  A* rows = reinterpret_cast<A*>(thread_scratch(ScratchUse::kRowsOfA, m * ld * static_cast<int64_t>(sizeof(A))));
-  for (int64_t i = 0; i < m; ++i) {
+  const PreparedRows prepared =
+      thread_prepared_rows(ScratchUse::kRowsOfA, m * ld * static_cast<int64_t>(sizeof(A)), a, m, k);
+  A* rows = reinterpret_cast<A*>(prepared.data);
+  for (int64_t i = 0; i < m && !prepared.ready; ++i) {
     for (int64_t p = 0; p < k; p += Op::kStep) {
       Op::reorder(a + i * lda + p, k - p < Op::kStep ? k - p : Op::kStep, rows + i * ld + p);
     }

@@ -16,9 +16,10 @@ constexpr int64_t kW4A8Chunk = 32;     // values of K in a 128-bit lane of a ste
 constexpr int64_t kW4A8SumsPad = 16;   // group sums a row, a multiple of every level's fp32 lanes
 constexpr int kW4A8DefaultZero = 8;    // the zero point of groups without zeros
 
-// a prepared once per call. PrepareRow(row, k, dst, chunk_sums) writes the
-// row's lda step-ordered bytes (zeros past k) and the sums of its 32-value
-// chunks, one int32 each up to lda (kernels.h: k is a multiple of 32).
+// a prepared once for every call on the same rows (thread_prepared_rows).
+// PrepareRow(row, k, dst, chunk_sums) writes the row's lda step-ordered bytes
+// (zeros past k) and the sums of its 32-value chunks, one int32 each up to lda
+// (kernels.h: k is a multiple of 32).
 template <int64_t kStep>
 struct W4A8Operands {
   int64_t lda, sums_ld;
@@ -32,10 +33,13 @@ struct W4A8Operands {
         sums_ld((k / group + kW4A8SumsPad - 1) / kW4A8SumsPad * kW4A8SumsPad) {
     const int64_t a_bytes = m * lda, sums_bytes = m * sums_ld * 4;
     const int64_t chunks = lda / kW4A8Chunk, table_bytes = (chunks + 4) * 4;
-    uint8_t* scratch = thread_scratch(ScratchUse::kInt4Groups, a_bytes + sums_bytes + 2 * table_bytes);
+    const PreparedRows prepared =
+        thread_prepared_rows(ScratchUse::kInt4Groups, a_bytes + sums_bytes + 2 * table_bytes, a_rows, m, k);
+    uint8_t* scratch = prepared.data;
     a = reinterpret_cast<int8_t*>(scratch);
     group_sums = reinterpret_cast<float*>(scratch + a_bytes);
     chunk_group = reinterpret_cast<int32_t*>(scratch + a_bytes + sums_bytes);
+    if (prepared.ready) return;
     int32_t* chunk_sums = reinterpret_cast<int32_t*>(scratch + a_bytes + sums_bytes + table_bytes);
     const int64_t groups = k / group, chunks_per_group = group / kW4A8Chunk;
     for (int64_t t = 0, g = 0, in_group = 0; t < chunks + 4; ++t) {

@@ -77,8 +77,11 @@ void gemm_w4a8_panels(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t 
   constexpr int kLanes = Panels::kLanes, kCols = Panels::kCols;
   using Block = PanelBlock<kLanes>;
   const int64_t count = (k + groups.group - 1) / groups.group, blocks = (m + kLanes - 1) / kLanes;
-  uint8_t* panel = thread_scratch(ScratchUse::kPanels, blocks * Block::bytes(k, count));
-  for (int64_t ib = 0; ib < blocks; ++ib) pack_block<Panels>(a, lda, k, groups.group, Block(m, k, count, ib, panel));
+  const PreparedRows prepared = thread_prepared_rows(ScratchUse::kPanels, blocks * Block::bytes(k, count), a, m, k);
+  uint8_t* panel = prepared.data;
+  for (int64_t ib = 0; ib < blocks && !prepared.ready; ++ib) {
+    pack_block<Panels>(a, lda, k, groups.group, Block(m, k, count, ib, panel));
+  }
   uint8_t* wb = thread_scratch(ScratchUse::kInt4Groups, kCols * (k + count * 4));
   auto* zero_scale = reinterpret_cast<float*>(wb + kCols * k);
   alignas(64) float out[kCols][kLanes];
