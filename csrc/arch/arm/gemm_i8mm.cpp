@@ -106,19 +106,21 @@ int64_t mmla_steps(int64_t k) {
   return (k + Ops::kW - 1) / Ops::kW;
 }
 
-// Rows of a for the MMLA tiles, zipped once per call rather than in every
-// tile's k loop, where the zips would take a third of the vector pipes from the
-// MMLAs: per pair of rows (the last row of an odd m repeated) and step, 32
-// bytes, rows 2i and 2i+1 zipped by 64-bit halves into the operand of the
-// step's first half, then that of its second.
+// Rows of a for the MMLA tiles, zipped once for every call on the same rows
+// (core/scratch.h's prepared rows) rather than in every tile's k loop, where
+// the zips would take a third of the vector pipes from the MMLAs: per pair of
+// rows (the last row of an odd m repeated) and step, 32 bytes, rows 2i and
+// 2i+1 zipped by 64-bit halves into the operand of the step's first half, then
+// that of its second.
 template <class Ops>
 MOE_ARM_ROWS_PASS const uint8_t* mmla_pairs(int64_t m, int64_t k, const typename Ops::T* a, int64_t lda) {
   constexpr int W = Ops::kW;
   constexpr int64_t kSize = static_cast<int64_t>(sizeof(typename Ops::T));
   const int64_t steps = mmla_steps<Ops>(k);
-  uint8_t* pairs = thread_scratch(ScratchUse::kRowsOfA, (m + 1) / 2 * steps * 32);
+  const PreparedRows prepared = thread_prepared_rows(ScratchUse::kRowsOfA, (m + 1) / 2 * steps * 32, a, m, k);
+  uint8_t* pairs = prepared.data;
   const uint8x16_t keep = keep_last((k - (steps - 1) * W) * kSize);
-  for (int64_t i = 0; i < m; i += 2) {
+  for (int64_t i = 0; i < m && !prepared.ready; i += 2) {
     const auto* x_row = reinterpret_cast<const uint8_t*>(a + i * lda);
     const auto* y_row = reinterpret_cast<const uint8_t*>(a + min_i64(i + 1, m - 1) * lda);
     uint8_t* dst = pairs + i / 2 * steps * 32;
@@ -295,8 +297,9 @@ MOE_ARM_TILE void mmla_tile(int64_t k, const uint8_t* pairs, int64_t steps, cons
 // the odd values likewise (each 8 bytes of one row, then 8 of the other).
 MOE_ARM_ROWS_PASS int8_t* w4a8_pairs(int64_t m, int64_t k, const int8_t* a, int64_t lda) {
   const int64_t chunks = k / kW4A8Chunk;
-  int8_t* pairs = reinterpret_cast<int8_t*>(thread_scratch(ScratchUse::kRowsOfA, (m + 1) / 2 * chunks * 64));
-  for (int64_t i = 0; i < m; i += 2) {
+  const PreparedRows prepared = thread_prepared_rows(ScratchUse::kRowsOfA, (m + 1) / 2 * chunks * 64, a, m, k);
+  int8_t* pairs = reinterpret_cast<int8_t*>(prepared.data);
+  for (int64_t i = 0; i < m && !prepared.ready; i += 2) {
     const int8_t* r0 = a + i * lda;
     const int8_t* r1 = a + min_i64(i + 1, m - 1) * lda;
     int8_t* dst = pairs + i / 2 * chunks * 64;

@@ -77,7 +77,7 @@ struct W4A8Dot {
   }
 };
 
-// MXFP4 decode's block (mxfp4.h) by FMA: a widened to fp32 once per call,
+// MXFP4 decode's block (mxfp4.h) by FMA: a widened to fp32 with its split,
 // each bf16 value of b by a shift. One row of a: a second would need eight
 // more registers for its values, and the rows' decodes of b would spill.
 struct Mxfp4Fma {

@@ -3,7 +3,8 @@
 // tile shapes. b is widened in registers, never stored: every E2M1 value is
 // exact in bf16, so TBL looks up the low and high bytes of each value's bf16
 // bits from the block's 16 bytes (even values in the low nibbles) and a byte
-// zip joins them; a is put in the same order once per call (mxfp4_split_rows).
+// zip joins them; a is put in the same order once for every call on the same
+// rows (mxfp4_split_rows, core/scratch.h's prepared rows).
 // Each block's sum times its E8M0 scale (exact in fp32) adds into the total.
 // In an anonymous namespace (kernels_arm.h says why).
 #pragma once
@@ -33,8 +34,10 @@ constexpr uint8_t kE2m1High[16] = {0x00, 0x3f, 0x3f, 0x3f, 0x40, 0x40, 0x40, 0x4
 template <class Ops>
 MOE_ARM_ROWS_PASS const typename Ops::A* mxfp4_split_rows(int64_t m, int64_t k, const uint16_t* a, int64_t lda) {
   using A = typename Ops::A;
-  A* split = reinterpret_cast<A*>(thread_scratch(ScratchUse::kRowsOfA, m * k * static_cast<int64_t>(sizeof(A))));
-  for (int64_t i = 0; i < m; ++i) {
+  const PreparedRows prepared =
+      thread_prepared_rows(ScratchUse::kRowsOfA, m * k * static_cast<int64_t>(sizeof(A)), a, m, k);
+  A* split = reinterpret_cast<A*>(prepared.data);
+  for (int64_t i = 0; i < m && !prepared.ready; ++i) {
     for (int64_t p = 0; p < k; p += kMxfp4Block) {
       const uint16x8x2_t first = vld2q_u16(a + i * lda + p), second = vld2q_u16(a + i * lda + p + 16);
       A* out = split + i * k + p;

@@ -2,13 +2,14 @@
 // product of a 32-value chunk (Dot::chunk) and its tile shapes.
 //
 // A 16-byte load of b is one chunk, even values in the low nibbles, odd in the
-// high. a is split the same way once per call (w4a8_split), so the nibbles
+// high. a is split the same way once for every call on the same rows
+// (w4a8_split, core/scratch.h's prepared rows), so the nibbles
 // multiply a as they are (0..15 is a valid int8) and the tiles load a with
 // plain loads: an LD2 in the k loop would take a vector pipe from the
 // multiplies. Groups are whole chunks: each output keeps an int32 vector per
 // group, whose sum less zero point * sum of a becomes fp32 times the group
 // scale once per group; the per-group operands are set out once per call
-// (W4A8Operands), with vector transposes.
+// (W4A8Operands, with vector transposes; a's group sums once for the same rows).
 // In an anonymous namespace (kernels_arm.h says why).
 #pragma once
 
@@ -36,11 +37,12 @@ struct W4A8Operands {
       : groups(k / in.group) {
     const int64_t quads = (n + 3) / 4;
     const int64_t sums_bytes = (m * groups * 4 + 63) / 64 * 64, quad_bytes = quads * groups * 16;
-    uint8_t* scratch = thread_scratch(ScratchUse::kInt4Groups, sums_bytes + 2 * quad_bytes);
+    const PreparedRows prepared = thread_prepared_rows(ScratchUse::kInt4Groups, sums_bytes + 2 * quad_bytes, a, m, k);
+    uint8_t* scratch = prepared.data;
     a_sums = reinterpret_cast<int32_t*>(scratch);
     scales = reinterpret_cast<float*>(scratch + sums_bytes);
     zeros = reinterpret_cast<int32_t*>(scratch + sums_bytes + quad_bytes);
-    for (int64_t i = 0; i < m; ++i) {
+    for (int64_t i = 0; i < m && !prepared.ready; ++i) {
       const int8_t* row = a + i * lda;
       for (int64_t g = 0; g < groups; ++g) {
         int32x4_t sum = vdupq_n_s32(0);
@@ -116,8 +118,9 @@ struct W4A8Operands {
 
 // Rows of a, k apart, each chunk's even values and then its odd ones.
 inline MOE_ARM_ROWS_PASS const int8_t* w4a8_split(int64_t m, int64_t k, const int8_t* a, int64_t lda) {
-  int8_t* split = reinterpret_cast<int8_t*>(thread_scratch(ScratchUse::kRowsOfA, m * k));
-  for (int64_t i = 0; i < m; ++i) {
+  const PreparedRows prepared = thread_prepared_rows(ScratchUse::kRowsOfA, m * k, a, m, k);
+  int8_t* split = reinterpret_cast<int8_t*>(prepared.data);
+  for (int64_t i = 0; i < m && !prepared.ready; ++i) {
     for (int64_t p = 0; p < k; p += kW4A8Chunk) {
       const int8x16x2_t x = vld2q_s8(a + i * lda + p);
       vst1q_s8(split + i * k + p, x.val[0]);

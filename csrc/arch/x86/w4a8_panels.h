@@ -1,10 +1,11 @@
 // INT4_W4A8's panel kernel, ISA-neutral (gemm_int4_avx512.cpp says why this
 // form): the lanes of a vector run across rows of a, so a group's int32 sums
 // turn into fp32 once per group and column of c. a's rows go into a panel
-// once per call, in blocks of kLanes rows (or kLanes / steps rows of `steps`
-// quads of K, so that the rows fill the lanes); each row of b widens into
-// bytes, a quad of K (one 16-bit word of b: values 4 t .. 4 t + 3) into the
-// bytes of (w | w << 12) & 0x0f0f0f0f, which is values 4 t, 4 t + 2, 4 t + 1,
+// once for the calls on the same rows (thread_prepared_rows), in blocks of
+// kLanes rows (or kLanes / steps rows of `steps` quads of K, so that the rows
+// fill the lanes); each row of b widens into bytes, a quad of K (one 16-bit
+// word of b: values 4 t .. 4 t + 3) into the bytes of
+// (w | w << 12) & 0x0f0f0f0f, which is values 4 t, 4 t + 2, 4 t + 1,
 // 4 t + 3 (the panel's bytes take the same order), and 4 * steps bytes of it
 // at a time meet a line of the panel. In an anonymous namespace (loop_nest.h
 // says why); no C++ library headers.
