@@ -5,8 +5,42 @@
 #include "core/phase_ranges.h"
 #include "core/phases.h"
 #include "core/routing.h"
+#include "core/work_sharing.h"
 
 namespace moe_xarch {
+namespace {
+
+// Phases 2 and 3 in one parallel region (core/phases.h): one fork and join
+// per call, and no thread idle at a barrier while others end the first GEMM.
+// Each thread takes first-GEMM items until none is left, so every item is
+// taken before any thread waits on an expert; then it runs its run of blocks
+// of K.
+void w1_then_w2(W1Activation& w1, W2Combine& w2) {
+  ExpertCountdown countdown(w1.items_per_expert());
+  const int64_t runs = num_threads();
+  SharedItems items(w1.items(), runs);
+  parallel_for(0, runs, 1, [&](int64_t begin, int64_t end) {
+    try {
+      {
+        Scratch scratch = w1.scratch();
+        for (int64_t run = begin; run < end; ++run) {
+          for (int64_t item; (item = items.next(run)) >= 0;) w1.run(item, scratch, countdown);
+        }
+      }
+      Scratch scratch = w2.scratch();
+      for (int64_t run = begin; run < end; ++run) {
+        w2.run(w2.blocks() * run / runs, w2.blocks() * (run + 1) / runs, scratch, countdown);
+      }
+    } catch (...) {
+      countdown.fail();
+      throw;
+    }
+  });
+  w1.check_values();
+  w2.check_values();
+}
+
+}  // namespace
 
 Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const FusedExpertsArgs& args) {
   const MoeProblem p = check_fused_experts_args(args, arch, kernels.tiles);
@@ -18,12 +52,12 @@ Tensor run_fused_experts(const KernelSet& kernels, PackArch arch, const FusedExp
   const Routing routing = route(p);
   phases.begin("moe_xarch::gather");
   const Activations x = gather(kernels, p, args.hidden_states, routing);
-  phases.begin("moe_xarch::w1_activation");
-  const Activations inter = w1_activation(kernels, p, routing, x);
-  phases.begin("moe_xarch::w2_combine");
-  const AlignedBuffer<float> acc = w2_combine(kernels, p, routing, inter);
+  phases.begin("moe_xarch::experts");
+  W1Activation w1(kernels, p, routing, x);
+  W2Combine w2(kernels, p, routing, w1.inter());
+  w1_then_w2(w1, w2);
   phases.begin("moe_xarch::cast_output");
-  cast_output(acc.get(), out);
+  cast_output(w2.acc(), out);
   return out;
 }
 

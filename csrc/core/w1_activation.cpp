@@ -10,84 +10,96 @@
 #include "core/work_sharing.h"
 
 namespace moe_xarch {
-namespace {
+
+W1Activation::W1Activation(const KernelSet& kernels, const MoeProblem& p, const Routing& routing,
+                           const Activations& x)
+    : kernels_(kernels),
+      p_(p),
+      routing_(routing),
+      x_(x),
+      inter_(kernels, p.compute, routing.slots(), p.inter,
+             "the intermediate (a row of N, from w1, per routed slot: up to M x topk rows)"),
+      gemm_(kernels, p, p.w1) {
+  const int64_t N = p.inter;
+  if (p.compute == ComputeType::kInt8) {
+    inter_f32_ =
+        aligned_buffer<float>(routing.slots(), inter_.ld, "the fp32 intermediate (a row of N per routed slot)");
+  }
+  const int64_t routed = routing.routed_experts();
+  width_ = item_width(kInterBlock, [&](int64_t w) { return routed * ceil_div(N, w); });
+  items_ = work_items(routing, p.experts, N, width_);
+  // With N = 0 no item writes the rows: their padding is zeroed here.
+  if (N == 0) {
+    for (int64_t e = 0; e < p.experts; ++e) finish_rows(e);
+  }
+}
+
+std::vector<int64_t> W1Activation::items_per_expert() const {
+  std::vector<int64_t> count(p_.experts, 0);
+  for (const WorkItem& item : items_) ++count[item.expert];
+  return count;
+}
+
+void W1Activation::run(int64_t item, Scratch& scratch, ExpertCountdown& countdown) {
+  const auto [e, j0] = items_[item];
+  const int64_t N = p_.inter, j1 = std::min(N, j0 + width_);
+  const bool halves = p_.activation == Activation::kSiluAndMul;  // else gate and up interleave
+  const int64_t rows = routing_.rows(e);
+  const WeightTile gate = halves ? gemm_.tile(e, j0, j1, rows, x_.ld, scratch, 0)
+                                 : gemm_.tile(e, 2 * j0, 2 * j1, rows, x_.ld, scratch, 0);
+  const WeightTile up = halves ? gemm_.tile(e, N + j0, N + j1, rows, x_.ld, scratch, kInterBlock) : gate;
+  for (int64_t s0 = routing_.expert_begin[e]; s0 < routing_.expert_begin[e + 1]; s0 += kTokenChunk) {
+    const int64_t m = std::min(kTokenChunk, routing_.expert_begin[e + 1] - s0);
+    gemm_.run(x_, s0, m, gate, scratch.out0.get());
+    if (halves) gemm_.run(x_, s0, m, up, scratch.out1.get());
+    activate_block(e, j0, j1, m, scratch, s0);
+  }
+  countdown.item_done(e, [&] { finish_rows(e); });
+}
 
 // The epilogue: bias, activation, store of `m` rows of one column block
 // (gate and up in scratch.out0 and out1, or interleaved in out0).
-void activate_block(const KernelSet& kernels, const MoeProblem& p, int64_t expert, int64_t j0, int64_t j1,
-                    int64_t m, Scratch& scratch, Activations& inter, int64_t first_row, float* inter_f32) {
+void W1Activation::activate_block(int64_t expert, int64_t j0, int64_t j1, int64_t m, Scratch& scratch,
+                                  int64_t first_row) {
   const int64_t width = j1 - j0;
   // Without a bias, a block of zeros stands in for it.
   std::array<float, 2 * kInterBlock> no_bias{};
-  const float* bias = p.w1.bias ? p.w1.bias + expert * 2 * p.inter : nullptr;
-  const bool halves = p.activation == Activation::kSiluAndMul;
+  const float* bias = p_.w1.bias ? p_.w1.bias + expert * 2 * p_.inter : nullptr;
+  const bool halves = p_.activation == Activation::kSiluAndMul;
   const float* bias0 = bias ? bias + (halves ? j0 : 2 * j0) : no_bias.data();
-  const float* bias1 = bias ? bias + p.inter + j0 : no_bias.data();
-  const float limit = p.limit.value_or(std::numeric_limits<float>::infinity());
+  const float* bias1 = bias ? bias + p_.inter + j0 : no_bias.data();
+  const float limit = p_.limit.value_or(std::numeric_limits<float>::infinity());
   const float* out0 = scratch.out0.get();
   const float* out1 = scratch.out1.get();
   std::vector<float>& row = scratch.activated;
   float* out = row.data();
   for (int64_t i = 0; i < m; ++i) {
     if (halves) {
-      kernels.silu_and_mul(width, out0 + i * width, out1 + i * width, bias0, bias1, out);
+      kernels_.silu_and_mul(width, out0 + i * width, out1 + i * width, bias0, bias1, out);
     } else {
-      kernels.swiglu(width, out0 + i * 2 * width, bias0, p.alpha, limit, out);
+      kernels_.swiglu(width, out0 + i * 2 * width, bias0, p_.alpha, limit, out);
     }
     const int64_t s = first_row + i;
-    if (inter_f32) {
-      std::copy(row.begin(), row.begin() + width, inter_f32 + s * inter.ld + j0);
-    } else if (inter.compute == ComputeType::kBF16) {
-      for (int64_t j = 0; j < width; ++j) inter.bf16[s * inter.ld + j0 + j] = to_bf16_bits(row[j]);
+    if (inter_f32_) {
+      std::copy(row.begin(), row.begin() + width, inter_f32_.get() + s * inter_.ld + j0);
+    } else if (inter_.compute == ComputeType::kBF16) {
+      for (int64_t j = 0; j < width; ++j) inter_.bf16[s * inter_.ld + j0 + j] = to_bf16_bits(row[j]);
     } else {
-      std::copy(row.begin(), row.begin() + width, inter.f32.get() + s * inter.ld + j0);
+      std::copy(row.begin(), row.begin() + width, inter_.f32.get() + s * inter_.ld + j0);
     }
   }
 }
 
-}  // namespace
-
-Activations w1_activation(const KernelSet& kernels, const MoeProblem& p, const Routing& routing,
-                          const Activations& x) {
-  const int64_t slots = routing.slots(), N = p.inter;
-  Activations inter(kernels, p.compute, slots, N,
-                    "the intermediate (a row of N, from w1, per routed slot: up to M x topk rows)");
-  AlignedBuffer<float> inter_f32;  // INT8 re-quantizes whole rows after the blocks are done
-  if (p.compute == ComputeType::kInt8) {
-    inter_f32 = aligned_buffer<float>(slots, inter.ld, "the fp32 intermediate (a row of N per routed slot)");
-  }
-  const ExpertGemm gemm1(kernels, p, p.w1);
-  const int64_t routed = routing.routed_experts();
-  const int64_t width = item_width(kInterBlock, [&](int64_t w) { return routed * ceil_div(N, w); });
-  const auto items = work_items(routing, p.experts, N, width);
-  const auto make_scratch = [&] { return gemm1.scratch(); };
-  for_each_shared_item(static_cast<int64_t>(items.size()), make_scratch, [&](int64_t item, Scratch& scratch) {
-    const auto [e, j0] = items[item];
-    const int64_t j1 = std::min(N, j0 + width);
-    const bool halves = p.activation == Activation::kSiluAndMul;  // else gate and up interleave
-    const int64_t rows = routing.rows(e);
-    const WeightTile gate = halves ? gemm1.tile(e, j0, j1, rows, x.ld, scratch, 0)
-                                   : gemm1.tile(e, 2 * j0, 2 * j1, rows, x.ld, scratch, 0);
-    const WeightTile up = halves ? gemm1.tile(e, N + j0, N + j1, rows, x.ld, scratch, kInterBlock) : gate;
-    for (int64_t s0 = routing.expert_begin[e]; s0 < routing.expert_begin[e + 1]; s0 += kTokenChunk) {
-      const int64_t m = std::min(kTokenChunk, routing.expert_begin[e + 1] - s0);
-      gemm1.run(x, s0, m, gate, scratch.out0.get());
-      if (halves) gemm1.run(x, s0, m, up, scratch.out1.get());
-      activate_block(kernels, p, e, j0, j1, m, scratch, inter, s0, inter_f32.get());
+// Once all of an expert's blocks are in: INT8 quantizes whole rows; the
+// others zero the padding past N, so padded W2 operands can run over ld.
+void W1Activation::finish_rows(int64_t expert) {
+  for (int64_t s = routing_.expert_begin[expert]; s < routing_.expert_begin[expert + 1]; ++s) {
+    if (inter_f32_) {
+      inter_.store_row(s, inter_f32_.get() + s * inter_.ld, p_.inter);
+    } else {
+      inter_.zero_padding(s, p_.inter);
     }
-  });
-  gemm1.check_values();
-  if (p.compute == ComputeType::kInt8) {
-    parallel_for(0, slots, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t s = begin; s < end; ++s) inter.store_row(s, inter_f32.get() + s * inter.ld, N);
-    });
-  } else {
-    // Zero the padding past N so padded W2 operands can run over inter.ld.
-    parallel_for(0, slots, 64, [&](int64_t begin, int64_t end) {
-      for (int64_t s = begin; s < end; ++s) inter.zero_padding(s, N);
-    });
   }
-  return inter;
 }
 
 }  // namespace moe_xarch

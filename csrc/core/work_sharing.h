@@ -7,7 +7,6 @@
 // unevenly, so equal runs alone leave the first thread done waiting.
 #pragma once
 
-#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -72,20 +71,6 @@ int64_t item_width(int64_t widest, ItemsOf items_of) {
   int64_t width = widest;
   while (width > kNarrowestItem && items_of(width) < wanted) width /= 2;
   return width;
-}
-
-// work(item, scratch) for every item in [0, items), on torch's threads sharing
-// them as above; each thread makes its scratch once (make_scratch()).
-template <class MakeScratch, class Work>
-void for_each_shared_item(int64_t items, MakeScratch make_scratch, Work work) {
-  const int64_t runs = std::min<int64_t>(num_threads(), items);
-  SharedItems shared(items, runs);
-  parallel_for(0, runs, 1, [&](int64_t begin, int64_t end) {
-    auto scratch = make_scratch();
-    for (int64_t run = begin; run < end; ++run) {
-      for (int64_t item; (item = shared.next(run)) >= 0;) work(item, scratch);
-    }
-  });
 }
 
 }  // namespace moe_xarch
