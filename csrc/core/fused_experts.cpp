@@ -2,6 +2,8 @@
 // range named moe_xarch::<phase> in torch.profiler (core/phases.h).
 #include "core/fused_experts.h"
 
+#include <algorithm>
+
 #include "core/phase_ranges.h"
 #include "core/phases.h"
 #include "core/routing.h"
@@ -12,27 +14,35 @@ namespace {
 
 // Phases 2 and 3 in one parallel region (core/phases.h): one fork and join
 // per call, and no thread idle at a barrier while others end the first GEMM.
-// Each thread takes first-GEMM items until none is left, so every item is
-// taken before any thread waits on an expert; then it runs its run of blocks
-// of K.
+// Each thread takes first-GEMM items until none is left, so every one is
+// taken before any thread waits on an expert; then second-GEMM items (an
+// expert's block of K each, so that as many threads stream weights as there
+// are items, not blocks) in list order (core/region_order.h says why), a
+// thread's share of an expert's blocks at a time: its rows of W2 stream as
+// one run.
 void w1_then_w2(W1Activation& w1, W2Combine& w2) {
-  ExpertCountdown countdown(w1.items_per_expert());
+  RegionOrder order(w1.items_per_expert(), w2.blocks());
   const int64_t runs = num_threads();
-  SharedItems items(w1.items(), runs);
+  SharedItems first(w1.items(), runs);
+  ItemsInOrder second(w2.items(), std::max<int64_t>(1, w2.blocks() / runs));
   parallel_for(0, runs, 1, [&](int64_t begin, int64_t end) {
     try {
       {
         Scratch scratch = w1.scratch();
         for (int64_t run = begin; run < end; ++run) {
-          for (int64_t item; (item = items.next(run)) >= 0;) w1.run(item, scratch, countdown);
+          for (int64_t item; (item = first.next(run)) >= 0;) w1.run(item, scratch, order);
         }
       }
       Scratch scratch = w2.scratch();
-      for (int64_t run = begin; run < end; ++run) {
-        w2.run(w2.blocks() * run / runs, w2.blocks() * (run + 1) / runs, scratch, countdown);
+      for (;;) {
+        const auto [begin_item, end_item] = second.next();
+        if (begin_item >= end_item) break;
+        for (int64_t item = begin_item; item < end_item; ++item) {
+          if (!w2.run(item, scratch, order)) return;
+        }
       }
     } catch (...) {
-      countdown.fail();
+      order.fail();
       throw;
     }
   });

@@ -7,10 +7,10 @@
 
 #include "core/activations.h"
 #include "core/buffers.h"
-#include "core/expert_countdown.h"
 #include "core/expert_gemm.h"
 #include "core/kernels.h"
 #include "core/problem.h"
+#include "core/region_order.h"
 #include "core/routing.h"
 #include "core/stable_torch.h"
 
@@ -21,9 +21,8 @@ namespace moe_xarch {
 Activations gather(const KernelSet& kernels, const MoeProblem& p, const Tensor& hidden_states,
                    const Routing& routing);
 
-// Phases 2 and 3 run in one parallel region (core/fused_experts.cpp): a
-// thread takes first-GEMM items while any are left, then its run of
-// second-GEMM blocks, each expert's once ExpertCountdown says it is finished.
+// Phases 2 and 3 run in one parallel region (core/fused_experts.cpp), in
+// the order core/region_order.h keeps.
 
 // Phase 2 (w1_activation.cpp): per (expert, block of N), h = x @ W1^T + b1
 // and its activation; the item that ends an expert's last re-quantizes its
@@ -33,10 +32,10 @@ class W1Activation {
   W1Activation(const KernelSet& kernels, const MoeProblem& p, const Routing& routing, const Activations& x);
 
   int64_t items() const { return static_cast<int64_t>(items_.size()); }
-  // Each expert's items, for ExpertCountdown.
+  // Each expert's items, for RegionOrder.
   std::vector<int64_t> items_per_expert() const;
   Scratch scratch() const { return gemm_.scratch(); }
-  void run(int64_t item, Scratch& scratch, ExpertCountdown& countdown);
+  void run(int64_t item, Scratch& scratch, RegionOrder& order);
   // After the region: as ExpertGemm::check_values.
   void check_values() const { gemm_.check_values(); }
   const Activations& inter() const { return inter_; }
@@ -56,17 +55,20 @@ class W1Activation {
   std::vector<WorkItem> items_;
 };
 
-// Phase 3 (w2_combine.cpp): per block of K, for every expert, y = a @ W2^T + b2
-// times the routing weight, added to its token's fp32 row ([M, K]).
+// Phase 3 (w2_combine.cpp): per (expert, block of K), y = a @ W2^T + b2
+// times the routing weight, added to its token's fp32 row ([M, K]) in the
+// block's turn for the expert.
 class W2Combine {
  public:
   W2Combine(const KernelSet& kernels, const MoeProblem& p, const Routing& routing, const Activations& inter);
 
+  // In expert order, blocks inside: taken in order (work_sharing.h's
+  // ItemsInOrder), a block's experts come to their turns in that order.
+  int64_t items() const { return static_cast<int64_t>(items_.size()); }
   int64_t blocks() const { return blocks_; }
   Scratch scratch() const { return gemm_.scratch(); }
-  // Blocks [begin, end) of K, each expert's after countdown.wait(e); returns
-  // early where that gives up (another thread failed).
-  void run(int64_t begin, int64_t end, Scratch& scratch, const ExpertCountdown& countdown);
+  // false where a wait gave up (another thread failed).
+  bool run(int64_t item, Scratch& scratch, RegionOrder& order);
   void check_values() const { gemm_.check_values(); }
   const float* acc() const { return acc_.get(); }
 
@@ -79,6 +81,8 @@ class W2Combine {
   ExpertGemm gemm_;
   int64_t width_;
   int64_t blocks_;
+  std::vector<WorkItem> items_;
+  std::vector<int64_t> turn_;  // each expert's place among the routed ones: its turn in every block
 };
 
 // Phase 4 (cast_output.cpp): each token's fp32 row cast once into `out`.

@@ -40,7 +40,7 @@ std::vector<int64_t> W1Activation::items_per_expert() const {
   return count;
 }
 
-void W1Activation::run(int64_t item, Scratch& scratch, ExpertCountdown& countdown) {
+void W1Activation::run(int64_t item, Scratch& scratch, RegionOrder& order) {
   const auto [e, j0] = items_[item];
   const int64_t N = p_.inter, j1 = std::min(N, j0 + width_);
   const bool halves = p_.activation == Activation::kSiluAndMul;  // else gate and up interleave
@@ -54,7 +54,7 @@ void W1Activation::run(int64_t item, Scratch& scratch, ExpertCountdown& countdow
     if (halves) gemm_.run(x_, s0, m, up, scratch.out1.get());
     activate_block(e, j0, j1, m, scratch, s0);
   }
-  countdown.item_done(e, [&] { finish_rows(e); });
+  order.item_done(e, [&] { finish_rows(e); });
 }
 
 // The epilogue: bias, activation, store of `m` rows of one column block

@@ -7,9 +7,11 @@
 // unevenly, so equal runs alone leave the first thread done waiting.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "core/stable_torch.h"
 
@@ -51,6 +53,25 @@ class SharedItems {
 
   int64_t runs_;
   std::unique_ptr<Bounds[]> bounds_;
+};
+
+// Items taken strictly in order, `run` consecutive ones at a time, each run
+// by the next thread to ask: where an item waits on earlier ones, those are
+// then taken, by running threads, or by this one before it.
+class ItemsInOrder {
+ public:
+  ItemsInOrder(int64_t items, int64_t run) : items_(items), run_(run) {}
+
+  // The next run's items [first, last); first >= last when none is left.
+  std::pair<int64_t, int64_t> next() {
+    const int64_t first = next_.fetch_add(run_, std::memory_order_relaxed);
+    return {first, std::min(items_, first + run_)};
+  }
+
+ private:
+  int64_t items_;
+  int64_t run_;
+  alignas(64) std::atomic<int64_t> next_{0};
 };
 
 // Work items a thread should have to choose from: with fewer, the threads

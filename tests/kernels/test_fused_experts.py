@@ -315,6 +315,25 @@ def test_parallel_matches_reference(method: int, threads: int, on_threads) -> No
 
 
 @EVERY_METHOD
+def test_experts_add_in_turn(method: int, on_threads) -> None:
+    """One block of output columns, so every second-GEMM item adds into the
+    same columns: expert 0 has every token and the others a third of them, so
+    on 2 threads expert 1's item ends its GEMM while expert 0's still runs. It
+    waits for the block's turn of its expert: every call is the same bytes as
+    the serial one."""
+    tokens, topk = 128, 6
+    problem = make_moe_problem(tokens, *_fit(method, 64, 2048), 16, topk, torch.bfloat16, method, bias=True, seed=15)
+    ids = [[0] + [(t + j) % 15 + 1 for j in range(0, 15, 3)] for t in range(tokens)]
+    overrides = {"topk_ids": torch.tensor(ids, dtype=torch.int32)}
+    expected = problem.run(reference.fused_experts, **overrides)
+    serial = moe_xarch.fused_experts(**problem.kwargs(**overrides))
+    calls = on_threads(2, lambda: [moe_xarch.fused_experts(**problem.kwargs(**overrides)) for _ in range(10)])
+    assert_matches_reference(serial, expected, method, torch.bfloat16)
+    for parallel in calls:
+        assert torch.equal(parallel, serial)
+
+
+@EVERY_METHOD
 @BOTH_LAYOUTS
 def test_many_threads_narrow_the_items_alike(method: int, packed: bool, on_threads) -> None:
     """64 threads (whatever the machine has) narrow the work items of both
