@@ -1,5 +1,6 @@
 // The architecture-neutral fused MoE driver: its phases in order, each a
-// range named moe_xarch::<phase> in torch.profiler (core/phases.h).
+// range in torch.profiler (core/phases.h); the two GEMM phases share one
+// parallel region and one range, moe_xarch::experts.
 #include "core/fused_experts.h"
 
 #include <algorithm>

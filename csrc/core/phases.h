@@ -1,5 +1,5 @@
 // The phases of the fused MoE driver (core/fused_experts.cpp), one file each,
-// each parallel over independent work items (see the spec for the math).
+// each parallel over work items (see the spec for the math).
 #pragma once
 
 #include <cstdint>
