@@ -381,6 +381,12 @@ bool gemm_bf16_fp8_takes(int64_t m) { return m <= kFp8RegisterRows; }
 constexpr int64_t kW4A8Step = 64;
 constexpr int64_t kInt16Steps = 4;  // 4 * 4 * 15 * 127 < 2^15
 
+// A count of steps known at compile time.
+template <int64_t N>
+struct ConstSteps {
+  constexpr operator int64_t() const { return N; }
+};
+
 // A row of a in step order, with its chunk sums (x86::W4A8Operands): a byte
 // shuffle puts each 16-byte lane's even values before its odd ones, qword and
 // lane permutes gather the halves of two loads. A K tail is one 32-value chunk.
@@ -430,15 +436,15 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
     for (int r = 0; r < MR; ++r) {
       for (int q = 0; q < NR; ++q) acc[r][q] = _mm256_setzero_ps();
     }
-    // acc += the int16 pair sums of steps [p, p1), whole ones (kOneGroup) or
-    // a K tail of 32 values (its 16 bytes only), times scale(q), computed
+    // acc += the int16 pair sums of `count` steps from p on (whole ones, or
+    // a K tail of 32 values: its 16 bytes only), times scale(q), computed
     // there and not held: the tile's sums and totals take the registers.
-    const auto steps = [&](int64_t p, int64_t p1, auto scale) {
+    const auto steps = [&](int64_t p, auto count, bool tail, auto scale) {
       __m256i sums[MR][NR];
       for (int r = 0; r < MR; ++r) {
         for (int q = 0; q < NR; ++q) sums[r][q] = _mm256_setzero_si256();
       }
-      for (; p < p1; p += kStep) {
+      for (int64_t s = 0; s < count; ++s, p += kStep) {
         __m256i even[MR], odd[MR];
         for (int r = 0; r < MR; ++r) {
           even[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(a_row[r] + p));
@@ -447,10 +453,9 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
         for (int q = 0; q < NR; ++q) {
           if constexpr (MR == 1) __builtin_prefetch(col.b[q] + ahead + p / 2, 0, 3);
           const __m256i packed =
-              kOneGroup || p1 - p >= kStep
-                  ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col.b[q] + p / 2))
-                  : _mm256_inserti128_si256(_mm256_setzero_si256(),
-                                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(col.b[q] + p / 2)), 0);
+              !tail ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col.b[q] + p / 2))
+                    : _mm256_inserti128_si256(_mm256_setzero_si256(),
+                                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(col.b[q] + p / 2)), 0);
           const __m256i lo = _mm256_and_si256(packed, low4);
           const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low4);
           for (int r = 0; r < MR; ++r) {
@@ -466,11 +471,26 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
       }
     };
     if constexpr (kOneGroup) {
-      for (int64_t p0 = 0, g = 0; p0 < k; p0 += groups.group, ++g) {
-        const auto scale = [&](int q) { return _mm256_set1_ps(col.scale[q][g]); };
-        for (int64_t p = p0; p < p0 + groups.group; p += kInt16Steps * kStep) {
-          steps(p, p0 + groups.group - p < kInt16Steps * kStep ? p0 + groups.group : p + kInt16Steps * kStep, scale);
+      // A group's steps in runs of kInt16Steps, then a shorter one, each
+      // of a count known at compile time where it can be (ConstSteps): GCC
+      // then keeps a run in registers, where a count known only at run time
+      // made it spill the sums and reload its pointers each step.
+      const int64_t full_runs = groups.group / kStep / kInt16Steps;
+      const auto by_runs = [&](auto last) {
+        for (int64_t p0 = 0, g = 0; p0 < k; p0 += groups.group, ++g) {
+          const auto scale = [&](int q) { return _mm256_set1_ps(col.scale[q][g]); };
+          int64_t p = p0;
+          for (int64_t run = 0; run < full_runs; ++run, p += kInt16Steps * kStep) {
+            steps(p, ConstSteps<kInt16Steps>{}, false, scale);
+          }
+          if (last > 0) steps(p, last, false, scale);
         }
+      };
+      switch (groups.group / kStep % kInt16Steps) {
+        case 0: by_runs(ConstSteps<0>{}); break;
+        case 1: by_runs(ConstSteps<1>{}); break;
+        case 2: by_runs(ConstSteps<2>{}); break;
+        default: by_runs(groups.group / kStep % kInt16Steps);
       }
     } else {
       for (int64_t p = 0; p < k; p += kStep) {
@@ -481,7 +501,7 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
           return _mm256_set_m128(_mm_broadcast_ss(col.scale[q] + step_groups[1]),
                                  _mm_broadcast_ss(col.scale[q] + step_groups[0]));
         };
-        steps(p, p + kStep < k ? p + kStep : k, scale);
+        steps(p, ConstSteps<1>{}, k - p < kStep, scale);
       }
     }
     // The zero points' part, lane-wise by group (the lanes are summed below
