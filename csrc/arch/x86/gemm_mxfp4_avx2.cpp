@@ -69,6 +69,7 @@ struct FmaMxfp4 {
   using Acc = __m256;
   static constexpr int64_t kStep = 64;
   static constexpr int kParts = 8;
+  static constexpr int kSums = 2;  // 4 FMAs deep, not 8: the 4-cycle chain bounded a one-row step
   static constexpr int kNR = 1;  // the 8 parts and 4 rows' totals fill the 16 registers
   static constexpr int kNR1 = 4;
 

@@ -33,6 +33,7 @@ struct FmaMxfp4 : x86::Mxfp4StepAvx512 {
   using A = float;
   using Vec = __m512;
   static constexpr int kParts = 8;
+  static constexpr int kSums = 1;
   static constexpr int kNR = 2;
   static constexpr int kNR1 = 4;
 

@@ -38,6 +38,7 @@ struct DpBF16Mxfp4 : x86::Mxfp4StepAvx512 {
   using A = uint16_t;
   using Vec = __m512bh;
   static constexpr int kParts = 4;
+  static constexpr int kSums = 1;
   static constexpr int kNR = 2;
   static constexpr int kNR1 = 4;
 

@@ -13,6 +13,8 @@
 //   A                     the type of a's values, as the parts multiply them
 //   Vec, Acc              a part, and the lane sums
 //   kStep, kParts         values of K a step, parts a step (kStep / kParts lanes of A each)
+//   kSums                 independent sums a row's parts of a step go into: one chains every
+//                         part's multiply-add, so a step takes kParts times its latency
 //   reorder(a, values, out) a step of a row of a in the parts' order, as A (values, a
 //                         multiple of 32, from a; zeros past them)
 //   decode(b, bytes, v)   v = the parts of the step's first `bytes` bytes of b (zeros past them)
@@ -64,9 +66,12 @@ struct Mxfp4Tiles {
       Op::decode(pb[q] + p / 2, values / 2, v);
       const typename Op::Acc s = Op::scales(ps[q] + p / 32, values / 32);
       for (int r = 0; r < MR; ++r) {
-        typename Op::Acc acc = Op::zero();
-        for (int t = 0; t < Op::kParts; ++t) acc = Op::madd(acc, pa[r] + p + t * kLanes, v[t]);
-        total[r][q] = Op::scaled(acc, s, total[r][q]);
+        typename Op::Acc acc[Op::kSums];
+        for (int u = 0; u < Op::kSums; ++u) acc[u] = Op::zero();
+        for (int t = 0; t < Op::kParts; ++t) {
+          acc[t % Op::kSums] = Op::madd(acc[t % Op::kSums], pa[r] + p + t * kLanes, v[t]);
+        }
+        for (int u = 0; u < Op::kSums; ++u) total[r][q] = Op::scaled(acc[u], s, total[r][q]);
       }
     }
   }
