@@ -461,12 +461,13 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
           for (int r = 0; r < MR; ++r) {
             const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo, even[r]), _mm256_maddubs_epi16(hi, odd[r]));
             sums[r][q] = _mm256_add_epi16(sums[r][q], pairs);
+            // At the run's last step, the column's sums are done with at
+            // once: kept to the end, 4 of them spilled the totals.
+            if (s + 1 == count) {
+              acc[r][q] =
+                  _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(sums[r][q], ones)), scale(q), acc[r][q]);
+            }
           }
-        }
-      }
-      for (int r = 0; r < MR; ++r) {
-        for (int q = 0; q < NR; ++q) {
-          acc[r][q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(sums[r][q], ones)), scale(q), acc[r][q]);
         }
       }
     };
