@@ -50,9 +50,8 @@ class RegionOrder {
   // expert still unfinished when every first-GEMM item has ended is an
   // error, not a hang.
   bool wait_finished(int64_t e) const {
-    return wait([&] { return left_[e].load(std::memory_order_acquire) == kFinished; }, [&] {
-      MOE_XARCH_CHECK(ended_.load(std::memory_order_acquire) < items_ ||
-                          left_[e].load(std::memory_order_acquire) == kFinished,
+    return wait([&] { return finished(e); }, [&] {
+      MOE_XARCH_CHECK(ended_.load(std::memory_order_acquire) < items_ || finished(e),
                       "fused_experts_cpu: internal error: expert ", e, " has no first-GEMM item left to finish it");
     });
   }
@@ -71,6 +70,8 @@ class RegionOrder {
  private:
   static constexpr int64_t kFinished = -1;
   static constexpr int kSpinsBeforeYield = 64;
+
+  bool finished(int64_t e) const { return left_[e].load(std::memory_order_acquire) == kFinished; }
 
   template <class Done, class Check>
   bool wait(const Done& done, const Check& check) const {
