@@ -477,6 +477,7 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
       // then keeps a run in registers, where a count known only at run time
       // made it spill the sums and reload its pointers each step.
       const int64_t full_runs = groups.group / kStep / kInt16Steps;
+      const int64_t last_steps = groups.group / kStep % kInt16Steps;
       const auto by_runs = [&](auto last) {
         for (int64_t p0 = 0, g = 0; p0 < k; p0 += groups.group, ++g) {
           const auto scale = [&](int q) { return _mm256_set1_ps(col.scale[q][g]); };
@@ -487,11 +488,11 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
           if (last > 0) steps(p, last, false, scale);
         }
       };
-      switch (groups.group / kStep % kInt16Steps) {
+      switch (last_steps) {
         case 0: by_runs(ConstSteps<0>{}); break;
         case 1: by_runs(ConstSteps<1>{}); break;
         case 2: by_runs(ConstSteps<2>{}); break;
-        default: by_runs(groups.group / kStep % kInt16Steps);
+        default: by_runs(last_steps);
       }
     } else {
       for (int64_t p = 0; p < k; p += kStep) {
