@@ -19,9 +19,10 @@ over; a level that lets one run longer than its type holds gives wrong numbers.
   widening (avx2's W4A8: 4 steps of 64 values in int16). INT4_W4A8 groups of 32
   (each 128-bit lane its own group), 256 (exactly avx2's span), 320 (a span and
   a step: the shortest group a span of 5 steps or more would overflow) and 640.
-- 1 token (the decode paths) and 7 (AMX's tiles from 4 rows, 6 for
-  INT4_W4A8; i8mm's row pairs with an odd one; the x86 INT4_W4A8 panels'
-  blocks of 8 and 16 lanes); weights unpacked and packed.
+- 1 token (the decode paths), 3 (avx2's INT4_W4A8 register tiles of 2 rows and
+  of 1) and 7 (AMX's tiles from 4 rows, 6 for INT4_W4A8; i8mm's row pairs with
+  an odd one; the x86 INT4_W4A8 panels' blocks of 8 and 16 lanes); weights
+  unpacked and packed.
 - INT8_W8A8 at K = 66,560 too (LONG_K): VNNI's biased u8 x s8 sum passes int32
   there, and must come back exact.
 
@@ -55,7 +56,7 @@ SLOT_WEIGHTS = (0.7, 0.3)
 ZERO_POINTS = (0, INT4_DEFAULT_ZERO, INT4_MAX)
 # INT4_W4A8's w1 groups: (group size, zero points given).
 GROUPS = {"g32": (32, True), "g256": (256, True), "g320": (320, True), "g640-nozero": (640, False)}
-TOKENS = (1, 7)
+TOKENS = (1, 3, 7)
 
 
 def _signs(count: int, generator: torch.Generator) -> torch.Tensor:

@@ -427,8 +427,10 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
   template <int MR, int NR, bool kOneGroup>
   MOE_X86_INLINE void run(int64_t i, const x86::TileCols& cols, int64_t k) {
     const x86::W4A8Columns<NR> col(b, ldb, groups, cols);
+    // Every tile prefetches, not only one-row ones: with fewer rows than
+    // kW4A8PanelRows, a tile's first pass streams its rows of b from memory too.
     const int64_t ahead = cols.ahead * ldb;
-    if constexpr (MR == 1) col.prefetch_groups(cols.ahead, groups.ld);
+    col.prefetch_groups(cols.ahead, groups.ld);
     const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     const int8_t* a_row[MR];
     for (int r = 0; r < MR; ++r) a_row[r] = ops.a + (i + r) * ops.lda;
@@ -451,7 +453,7 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
           odd[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(a_row[r] + p + 32));
         }
         for (int q = 0; q < NR; ++q) {
-          if constexpr (MR == 1) __builtin_prefetch(col.b[q] + ahead + p / 2, 0, 3);
+          __builtin_prefetch(col.b[q] + ahead + p / 2, 0, 3);
           const __m256i packed =
               !tail ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col.b[q] + p / 2))
                     : _mm256_inserti128_si256(_mm256_setzero_si256(),
@@ -542,7 +544,7 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
 };
 
 // From this many rows of a, INT4_W4A8's panel kernel (w4a8_panels.h).
-constexpr int64_t kW4A8PanelRows = 2;
+constexpr int64_t kW4A8PanelRows = 7;
 
 // w4a8_panels.h's operations with 8 lanes and 32-byte lines: vpmaddubsw
 // multiplies widened b (unsigned) by a line (signed) into int16 pairs of one

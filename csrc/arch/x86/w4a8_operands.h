@@ -103,7 +103,7 @@ struct W4A8Columns {
     }
   }
 
-  // A one-row tile's prefetch (as TileRows') of the group scales and zeros
+  // A streaming tile's prefetch (as TileRows') of the group scales and zeros
   // `ahead` rows on: a few bytes a group, in rows that a strided tile visits
   // out of order, which the hardware prefetcher does not follow.
   void prefetch_groups(int64_t ahead, int64_t ld) const {
