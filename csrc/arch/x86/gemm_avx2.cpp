@@ -543,7 +543,9 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
   }
 };
 
-// From this many rows of a, INT4_W4A8's panel kernel (w4a8_panels.h).
+// From this many rows of a, INT4_W4A8's panel kernel (w4a8_panels.h): with
+// fewer, its widening pass over b and its half-filled lanes cost more than
+// the register tiles do.
 constexpr int64_t kW4A8PanelRows = 7;
 
 // w4a8_panels.h's operations with 8 lanes and 32-byte lines: vpmaddubsw
