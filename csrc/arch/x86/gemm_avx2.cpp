@@ -418,19 +418,20 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
   static constexpr int kNR1 = 4;
 
   template <int MR, int NR>
-  MOE_X86_INLINE void tile(int64_t i, const x86::TileCols& cols, int64_t /*p0*/, int64_t k, bool /*first*/) {
-    x86::w4a8_tile<MR, NR>(*this, i, cols, k);
+  MOE_X86_INLINE void tile(int64_t i, const x86::TileCols& cols, int64_t /*p0*/, int64_t k, bool first) {
+    x86::w4a8_tile<MR, NR>(*this, i, cols, k, first);
   }
 
   // As gemm_int4_avx512.cpp's, but a step's int16 pair sums add up over
   // kInt16Steps steps before vpmaddwd widens them and their group's scale applies.
   template <int MR, int NR, bool kOneGroup>
-  MOE_X86_INLINE void run(int64_t i, const x86::TileCols& cols, int64_t k) {
+  MOE_X86_INLINE void run(int64_t i, const x86::TileCols& cols, int64_t k, bool first) {
     const x86::W4A8Columns<NR> col(b, ldb, groups, cols);
-    // Every tile prefetches, not only one-row ones: with fewer rows than
-    // kW4A8PanelRows, a tile's first pass streams its rows of b from memory too.
+    // The first tile on these rows of b prefetches the rows that come next,
+    // one-row tiles or not: with fewer rows than kW4A8PanelRows, its pass
+    // streams them from memory too. Later tiles find them in cache.
     const int64_t ahead = cols.ahead * ldb;
-    col.prefetch_groups(cols.ahead, groups.ld);
+    if (first) col.prefetch_groups(cols.ahead, groups.ld);
     const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     const int8_t* a_row[MR];
     for (int r = 0; r < MR; ++r) a_row[r] = ops.a + (i + r) * ops.lda;
@@ -453,7 +454,7 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
           odd[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(a_row[r] + p + 32));
         }
         for (int q = 0; q < NR; ++q) {
-          __builtin_prefetch(col.b[q] + ahead + p / 2, 0, 3);
+          if (first) __builtin_prefetch(col.b[q] + ahead + p / 2, 0, 3);
           const __m256i packed =
               !tail ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col.b[q] + p / 2))
                     : _mm256_inserti128_si256(_mm256_setzero_si256(),

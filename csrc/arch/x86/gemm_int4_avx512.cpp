@@ -74,14 +74,14 @@ struct W4A8Tiles : x86::W4A8TileArgs<kStepValues> {
   static constexpr int kNR1 = 8;
 
   template <int MR, int NR>
-  MOE_X86_INLINE void tile(int64_t i, const x86::TileCols& cols, int64_t /*p0*/, int64_t k, bool /*first*/) {
-    x86::w4a8_tile<MR, NR>(*this, i, cols, k);
+  MOE_X86_INLINE void tile(int64_t i, const x86::TileCols& cols, int64_t /*p0*/, int64_t k, bool first) {
+    x86::w4a8_tile<MR, NR>(*this, i, cols, k, first);
   }
 
   // kOneGroup: K in spans of one group, whose scale is one value; otherwise
   // one span, each lane's scale gathered by its chunk's group.
   template <int MR, int NR, bool kOneGroup>
-  MOE_X86_INLINE void run(int64_t i, const x86::TileCols& cols, int64_t k) {
+  MOE_X86_INLINE void run(int64_t i, const x86::TileCols& cols, int64_t k, bool /*first*/) {
     const x86::W4A8Columns<NR> col(b, ldb, groups, cols);
     const int64_t ahead = cols.ahead * ldb;
     if constexpr (MR == 1) col.prefetch_groups(cols.ahead, groups.ld);

@@ -79,11 +79,11 @@ struct W4A8TileArgs {
 // A level's W4A8Tiles::tile (loop_nest.h): its run<MR, NR, kOneGroup> for
 // the tile's K, kOneGroup when each step lies in one group.
 template <int MR, int NR, class Tiles>
-MOE_X86_INLINE void w4a8_tile(Tiles& t, int64_t i, const TileCols& cols, int64_t k) {
+MOE_X86_INLINE void w4a8_tile(Tiles& t, int64_t i, const TileCols& cols, int64_t k, bool first) {
   if (t.groups.group % Tiles::kStep == 0) {
-    t.template run<MR, NR, true>(i, cols, k);
+    t.template run<MR, NR, true>(i, cols, k, first);
   } else {
-    t.template run<MR, NR, false>(i, cols, k);
+    t.template run<MR, NR, false>(i, cols, k, first);
   }
 }
 
