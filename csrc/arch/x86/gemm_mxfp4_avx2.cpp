@@ -1,13 +1,14 @@
-// AVX2 + FMA + F16C MXFP4 kernels: rows widened for the GEMMs, and the fused
+// AVX2 + FMA MXFP4 kernels: rows widened for the GEMMs, and the fused
 // GEMM of few rows of a (mxfp4_tiles.h), FMA on fp32.
 //
-// The fused GEMM's step is 32 bytes of b: 64 values in 16 words of 4 nibbles,
-// two blocks of 32. Its qwords are put in the order 0, 2, 1, 3, so each 128-bit
-// half holds 8 bytes of each block; part (t, h) is nibble t of every word,
-// moved to bits 8-11 and looked up by a byte shuffle as the high byte of the
-// value's fp16 bits (every E2M1 value is exact in fp16, with a zero low byte),
-// then half h widened by vcvtph2ps: lanes [0, 4) in the first block, [4, 8) in
-// the second.
+// The fused GEMM's step is 32 bytes of b: 64 values, two blocks of 32, one in
+// each 128-bit half. Each value's fp32 bits are two bytes over two zero bytes
+// (every E2M1 value is exact in fp32 with a 2-bit significand): byte shuffles
+// look up both bytes of every low and every high nibble, an unpack pairs them
+// into words, and each dword's two words go to the top over zeros, one by a
+// shift and the other by a blend. No conversion instruction (vcvtph2ps issues
+// once a cycle on Zen 3), and the blends run on any vector pipe, where
+// shuffles and shifts share two.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -46,8 +47,9 @@ MOE_X86_INLINE void mxfp4_row(int64_t cols, const uint8_t* src, const uint8_t* s
   }
 }
 
-// Slot s of a step (part (t, h) = (s / 16, s / 8 % 2), lane l = s % 8)
-// holds value 4 w + t, w = l (+ 4 in the second block) + 4 h.
+// Slot s of a step (part t = 4 w + 2 e + h, lane l = s % 8 in half l / 4)
+// holds value 2 (16 (l / 4) + 8 w + 2 (l % 4) + e) + h: byte 8 w + 2 (l % 4) + e
+// of the half, its low (h = 0) or high nibble.
 struct SlotValues {
   uint8_t value[64];
 };
@@ -55,8 +57,8 @@ struct SlotValues {
 constexpr SlotValues make_slot_values() {
   SlotValues t{};
   for (int s = 0; s < 64; ++s) {
-    const int part = s / 16, h = s / 8 % 2, l = s % 8;
-    t.value[s] = static_cast<uint8_t>(4 * ((l < 4 ? l : l + 4) + 4 * h) + part);
+    const int part = s / 8, w = part / 4, e = part / 2 % 2, h = part % 2, l = s % 8;
+    t.value[s] = static_cast<uint8_t>(2 * (16 * (l / 4) + 8 * w + 2 * (l % 4) + e) + h);
   }
   return t;
 }
@@ -71,7 +73,7 @@ struct FmaMxfp4 {
   static constexpr int kParts = 8;
   static constexpr int kSums = 2;  // 4 FMAs deep, not 8: the 4-cycle chain bounded a one-row step
   static constexpr int kNR = 1;  // the 8 parts and 4 rows' totals fill the 16 registers
-  static constexpr int kNR1 = 4;
+  static constexpr int kNR1 = 2;
 
   // Slot s of a step holds value kSlotValue.value[s]. A table: the driver
   // calls this for every row of a in every tile of 128-256 rows of b.
@@ -87,21 +89,27 @@ struct FmaMxfp4 {
   static MOE_X86_INLINE Acc zero() { return _mm256_setzero_ps(); }
 
   static MOE_X86_INLINE void decode(const uint8_t* b, int64_t bytes, Vec (&v)[kParts]) {
-    // The high byte of each E2M1 value's fp16 bits, by nibble (sign bit 3), in both halves.
-    const __m256i table = _mm256_setr_epi8(
-        0x00, 0x38, 0x3c, 0x3e, 0x40, 0x42, 0x44, 0x46, -0x80, -0x48, -0x44, -0x42, -0x40, -0x3e, -0x3c, -0x3a,
-        0x00, 0x38, 0x3c, 0x3e, 0x40, 0x42, 0x44, 0x46, -0x80, -0x48, -0x44, -0x42, -0x40, -0x3e, -0x3c, -0x3a);
-    const __m256i nibble = _mm256_set1_epi16(0x0f00);
+    // Bytes 2 and 3 of each E2M1 value's fp32 bits, by nibble (sign bit 3), in both halves.
+    const __m256i byte2 = _mm256_setr_epi8(0, 0, -0x80, -0x40, 0, 0x40, -0x80, -0x40, 0, 0, -0x80, -0x40, 0, 0x40,
+                                           -0x80, -0x40, 0, 0, -0x80, -0x40, 0, 0x40, -0x80, -0x40, 0, 0, -0x80, -0x40,
+                                           0, 0x40, -0x80, -0x40);
+    const __m256i byte3 = _mm256_setr_epi8(0, 0x3f, 0x3f, 0x3f, 0x40, 0x40, 0x40, 0x40, -0x80, -0x41, -0x41, -0x41,
+                                           -0x40, -0x40, -0x40, -0x40, 0, 0x3f, 0x3f, 0x3f, 0x40, 0x40, 0x40, 0x40,
+                                           -0x80, -0x41, -0x41, -0x41, -0x40, -0x40, -0x40, -0x40);
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const __m256i zero = _mm256_setzero_si256();
     // A K tail of 32 values reads its 16 bytes only.
     const __m128i first = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
     const __m256i x = bytes == 32 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b))
                                   : _mm256_inserti128_si256(_mm256_setzero_si256(), first, 0);
-    const __m256i w = _mm256_permute4x64_epi64(x, 0xd8);
-    const __m256i at_8[4] = {_mm256_slli_epi16(w, 8), _mm256_slli_epi16(w, 4), w, _mm256_srli_epi16(w, 4)};
-    for (int t = 0; t < 4; ++t) {
-      const __m256i fp16 = _mm256_shuffle_epi8(table, _mm256_and_si256(at_8[t], nibble));
-      v[2 * t] = _mm256_cvtph_ps(_mm256_castsi256_si128(fp16));
-      v[2 * t + 1] = _mm256_cvtph_ps(_mm256_extracti128_si256(fp16, 1));
+    const __m256i nibbles[2] = {_mm256_and_si256(x, low4), _mm256_and_si256(_mm256_srli_epi16(x, 4), low4)};
+    for (int h = 0; h < 2; ++h) {
+      const __m256i lo = _mm256_shuffle_epi8(byte2, nibbles[h]), hi = _mm256_shuffle_epi8(byte3, nibbles[h]);
+      const __m256i words[2] = {_mm256_unpacklo_epi8(lo, hi), _mm256_unpackhi_epi8(lo, hi)};
+      for (int w = 0; w < 2; ++w) {
+        v[4 * w + h] = _mm256_castsi256_ps(_mm256_slli_epi32(words[w], 16));
+        v[4 * w + 2 + h] = _mm256_castsi256_ps(_mm256_blend_epi16(zero, words[w], 0xaa));
+      }
     }
   }
 
