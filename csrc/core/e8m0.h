@@ -28,5 +28,23 @@ constexpr E8m0Values kE8m0 = make_e8m0_values();
 constexpr float kE2m1[16] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f,
                              -0.f, -0.5f, -1.f, -1.5f, -2.f, -3.f, -4.f, -6.f};
 
+// The low and high bytes of the bf16 bits of E2M1 value x (bytes 2 and 3 of
+// its fp32 bits, below which it has only zeros), for the kernels that look
+// them up by byte shuffles.
+struct E2m1Bytes {
+  uint8_t value[16];
+};
+
+constexpr E2m1Bytes make_e2m1_bf16_byte(int byte) {
+  E2m1Bytes t{};
+  for (int x = 0; x < 16; ++x) {
+    t.value[x] = static_cast<uint8_t>(__builtin_bit_cast(uint32_t, kE2m1[x]) >> (16 + 8 * byte));
+  }
+  return t;
+}
+
+constexpr E2m1Bytes kE2m1Low = make_e2m1_bf16_byte(0);
+constexpr E2m1Bytes kE2m1High = make_e2m1_bf16_byte(1);
+
 }  // namespace
 }  // namespace moe_xarch

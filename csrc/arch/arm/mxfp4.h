@@ -22,12 +22,6 @@ namespace {
 
 constexpr int64_t kMxfp4Block = 32;
 
-// The low and high bytes of the bf16 bits of E2M1 value x (sign bit 3).
-constexpr uint8_t kE2m1Low[16] = {0x00, 0x00, 0x80, 0xc0, 0x00, 0x40, 0x80, 0xc0,
-                                  0x00, 0x00, 0x80, 0xc0, 0x00, 0x40, 0x80, 0xc0};
-constexpr uint8_t kE2m1High[16] = {0x00, 0x3f, 0x3f, 0x3f, 0x40, 0x40, 0x40, 0x40,
-                                   0x80, 0xbf, 0xbf, 0xbf, 0xc0, 0xc0, 0xc0, 0xc0};
-
 // Rows of a, k apart, each block as four vectors of 8 values: the even values
 // 0-7 and 8-15, then the odd ones (the order of a decoded block of b), stored
 // by Ops::store_a (as bf16, or widened).
@@ -68,7 +62,7 @@ MOE_ARM_TILE void mxfp4_tile(int64_t k, const typename Ops::A* a, const uint8_t*
     pb[q] = b + row * ldb;
     ps[q] = scale + row * scale_ld;
   }
-  const uint8x16_t low = vld1q_u8(kE2m1Low), high = vld1q_u8(kE2m1High), low4 = vdupq_n_u8(15);
+  const uint8x16_t low = vld1q_u8(kE2m1Low.value), high = vld1q_u8(kE2m1High.value), low4 = vdupq_n_u8(15);
 
   float32x4_t total[R][C];
   MOE_ARM_UNROLL for (int r = 0; r < R; ++r) {

@@ -65,6 +65,19 @@ constexpr SlotValues make_slot_values() {
 
 constexpr SlotValues kSlotValue = make_slot_values();
 
+// core/e8m0.h's byte tables in both 128-bit halves, for the halves' byte shuffles.
+struct E2m1BytesTwice {
+  alignas(32) uint8_t value[32];
+};
+
+constexpr E2m1BytesTwice twice(const E2m1Bytes& t) {
+  E2m1BytesTwice r{};
+  for (int i = 0; i < 32; ++i) r.value[i] = t.value[i % 16];
+  return r;
+}
+
+constexpr E2m1BytesTwice kE2m1LowTwice = twice(kE2m1Low), kE2m1HighTwice = twice(kE2m1High);
+
 struct FmaMxfp4 {
   using A = float;
   using Vec = __m256;
@@ -89,13 +102,8 @@ struct FmaMxfp4 {
   static MOE_X86_INLINE Acc zero() { return _mm256_setzero_ps(); }
 
   static MOE_X86_INLINE void decode(const uint8_t* b, int64_t bytes, Vec (&v)[kParts]) {
-    // Bytes 2 and 3 of each E2M1 value's fp32 bits, by nibble (sign bit 3), in both halves.
-    const __m256i byte2 = _mm256_setr_epi8(0, 0, -0x80, -0x40, 0, 0x40, -0x80, -0x40, 0, 0, -0x80, -0x40, 0, 0x40,
-                                           -0x80, -0x40, 0, 0, -0x80, -0x40, 0, 0x40, -0x80, -0x40, 0, 0, -0x80, -0x40,
-                                           0, 0x40, -0x80, -0x40);
-    const __m256i byte3 = _mm256_setr_epi8(0, 0x3f, 0x3f, 0x3f, 0x40, 0x40, 0x40, 0x40, -0x80, -0x41, -0x41, -0x41,
-                                           -0x40, -0x40, -0x40, -0x40, 0, 0x3f, 0x3f, 0x3f, 0x40, 0x40, 0x40, 0x40,
-                                           -0x80, -0x41, -0x41, -0x41, -0x40, -0x40, -0x40, -0x40);
+    const __m256i byte2 = _mm256_load_si256(reinterpret_cast<const __m256i*>(kE2m1LowTwice.value));
+    const __m256i byte3 = _mm256_load_si256(reinterpret_cast<const __m256i*>(kE2m1HighTwice.value));
     const __m256i low4 = _mm256_set1_epi8(0x0f);
     const __m256i zero = _mm256_setzero_si256();
     // A K tail of 32 values reads its 16 bytes only.
