@@ -478,9 +478,17 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
       // A group's steps in runs of kInt16Steps, then a shorter one, each
       // of a count known at compile time where it can be (ConstSteps): GCC
       // then keeps a run in registers, where a count known only at run time
-      // made it spill the sums and reload its pointers each step.
+      // made it spill the sums and reload its pointers each step. Groups of
+      // one short run (AWQ's 128, gpt-oss's 64) have a loop of their own,
+      // by a stride known at compile time: beside the loop over runs, GCC
+      // kept the loop's position in memory.
       const int64_t full_runs = groups.group / kStep / kInt16Steps;
       const int64_t last_steps = groups.group / kStep % kInt16Steps;
+      const auto short_groups = [&](auto count) {
+        for (int64_t p = 0, g = 0; p < k; p += count * kStep, ++g) {
+          steps(p, count, false, [&](int q) { return _mm256_set1_ps(col.scale[q][g]); });
+        }
+      };
       const auto by_runs = [&](auto last) {
         for (int64_t p0 = 0, g = 0; p0 < k; p0 += groups.group, ++g) {
           const auto scale = [&](int q) { return _mm256_set1_ps(col.scale[q][g]); };
@@ -491,11 +499,19 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
           if (last > 0) steps(p, last, false, scale);
         }
       };
-      switch (last_steps) {
-        case 0: by_runs(ConstSteps<0>{}); break;
-        case 1: by_runs(ConstSteps<1>{}); break;
-        case 2: by_runs(ConstSteps<2>{}); break;
-        default: by_runs(last_steps);
+      if (full_runs == 0) {
+        switch (last_steps) {
+          case 1: short_groups(ConstSteps<1>{}); break;
+          case 2: short_groups(ConstSteps<2>{}); break;
+          default: short_groups(ConstSteps<3>{});
+        }
+      } else {
+        switch (last_steps) {
+          case 0: by_runs(ConstSteps<0>{}); break;
+          case 1: by_runs(ConstSteps<1>{}); break;
+          case 2: by_runs(ConstSteps<2>{}); break;
+          default: by_runs(last_steps);
+        }
       }
     } else {
       for (int64_t p = 0; p < k; p += kStep) {
