@@ -62,6 +62,17 @@ def test_pure_torch_computes_in_the_dtype_this_machines_matmul_runs_faster(monke
     assert rooflines.compute_rooflines([2])[1] == "bf16"
 
 
+def test_memory_roofline_reads_follow_on_through_the_pool() -> None:
+    """Each read starts where the last ended, from the start again where the rest is too short, never past the
+    pool: a read of the same bytes every call would find them in cache where the experts' weights are not."""
+    pool = rooflines.StreamPool(4096 * 4)
+    assert pool.window(1000 * 4) == slice(0, 1000)
+    assert pool.window(1000 * 4) == slice(1000, 2000)
+    assert pool.window(3000 * 4) == slice(0, 3000)
+    assert pool.window(10**9) == slice(0, 4096)
+    assert pool.window(1) == slice(0, 1)
+
+
 def test_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     document = run(tmp_path, "--no-sglang")
     out = capsys.readouterr().out
