@@ -83,17 +83,24 @@ inline void with_rows(int64_t rows, F&& f) {
   f(Dim<MR>{});
 }
 
+// Rows of b in a panel (kPanelBytes of them, a multiple of `tile` rows).
+inline int64_t panel_rows(int64_t b_row_bytes, int64_t tile) {
+  int64_t panel = kPanelBytes / (b_row_bytes > 0 ? b_row_bytes : 1);
+  panel -= panel % tile;
+  return panel < tile ? tile : panel;
+}
+
 // Covers the m x n output with tiles: tile(Dim<R>, Dim<C>, i, j, mv, nv) for
 // the R x C tile at (i, j), of which mv x nv lie inside the output. Rows go
 // in strips of MR (the last strip rounded up to a multiple of Step); a strip
 // of at most MR / 2 rows uses the wider NR1 columns, which keeps the register
 // file full when m is small and makes m == 1 a straight stream over b.
+// Panels of b start at multiples of panel_rows(b_row_bytes, NR1); within one,
+// the strips come in order, each over all of its columns.
 template <int MR, int Step, int NR, int NR1, class Tile>
 inline void for_each_tile(int64_t m, int64_t n, int64_t b_row_bytes, Tile&& tile) {
   static_assert(NR1 % NR == 0, "panels hold whole tiles of either width");
-  int64_t panel = kPanelBytes / (b_row_bytes > 0 ? b_row_bytes : 1);
-  panel -= panel % NR1;
-  if (panel < NR1) panel = NR1;
+  const int64_t panel = panel_rows(b_row_bytes, NR1);
   for (int64_t j0 = 0; j0 < n; j0 += panel) {
     const int64_t j1 = min_i64(n, j0 + panel);
     for (int64_t i = 0; i < m; i += MR) {
