@@ -6,7 +6,8 @@
 // (a vector op per two MMLAs).
 // INT4_W4A8 by SMMLA too, from two rows of a (four SMMLAs a chunk where four
 // outputs by SDOT take eight), a in the matching order once per call
-// (w4a8_pairs); one row of a is dotprod's kernel, as for int8. MXFP4 by BFDOT
+// (w4a8_pairs), b's nibbles unpacked once per panel for more than one strip
+// of rows; one row of a is dotprod's kernel, as for int8. MXFP4 by BFDOT
 // for one or two rows of a (mxfp4.h); more rows widen it once for the BFMMLA
 // tiles. fp32 stays on NEON's kernel.
 #include <arm_neon.h>
@@ -321,23 +322,64 @@ int32x4_t both_halves(int32x4_t x) {
   return vreinterpretq_s32_s64(vdupq_laneq_s64(vreinterpretq_s64_s32(x), h));
 }
 
+// The SMMLA operands of b for a W4A8 tile, per pair of rows q (columns 2q,
+// 2q + 1 of the tile) and chunk at p: four vectors, the even values of the
+// chunk's first half of each row (8 bytes of one row, then 8 of the other),
+// of its second half, then the odd values likewise. A pair's operands over
+// all of K take 2k bytes.
+//
+// From the rows' nibbles, the last valid row repeated past nv; kKeep: also
+// stored at `kept` for the strips of rows below that meet the same columns.
+template <int C, bool kKeep>
+struct NibbleOperands {
+  const uint8_t* row[C];
+  int8_t* kept;
+  int64_t k;
+
+  NibbleOperands(const W4A8Call& w, int64_t j, int64_t nv, int8_t* kept_at) : kept(kept_at), k(w.k) {
+    MOE_ARM_UNROLL for (int q = 0; q < C; ++q) row[q] = w.b + (j + min_i64(q, nv - 1)) * w.ldb;
+  }
+  MOE_ARM_ALWAYS_INLINE void get(int q, int64_t p, int8x16_t (&vb)[4]) const {
+    const uint8x16_t low4 = vdupq_n_u8(15);
+    // p >= 0: p / 2 would fix its sign every chunk.
+    const uint8x16_t x = vld1q_u8(row[2 * q] + (p >> 1)), y = vld1q_u8(row[2 * q + 1] + (p >> 1));
+    const uint8x16_t first = zip_lo(x, y), second = zip_hi(x, y);
+    vb[0] = vreinterpretq_s8_u8(vandq_u8(first, low4));
+    vb[1] = vreinterpretq_s8_u8(vandq_u8(second, low4));
+    vb[2] = vreinterpretq_s8_u8(vshrq_n_u8(first, 4));
+    vb[3] = vreinterpretq_s8_u8(vshrq_n_u8(second, 4));
+    if constexpr (kKeep) {
+      MOE_ARM_UNROLL for (int h = 0; h < 4; ++h) vst1q_s8(kept + q * 2 * k + 2 * p + 16 * h, vb[h]);
+    }
+  }
+};
+
+// As a NibbleOperands<C, true> of the first strip stored them.
+struct KeptOperands {
+  const int8_t* kept;
+  int64_t k;
+
+  MOE_ARM_ALWAYS_INLINE void get(int q, int64_t p, int8x16_t (&vb)[4]) const {
+    MOE_ARM_UNROLL for (int h = 0; h < 4; ++h) vb[h] = vld1q_s8(kept + q * 2 * k + 2 * p + 16 * h);
+  }
+};
+
 // W4A8's R x C outputs at (i, j) (w4a8.h's w4a8_tile) as R/2 x C/2 blocks of
-// 2x2, [a0.b0, a0.b1, a1.b0, a1.b1] as in mmla_tile; i is even and rows past
+// 2x2, [a0.b0, a0.b1, a1.b0, a1.b1] as in mmla_tile, with b's operands from
+// B (NibbleOperands or KeptOperands, by value: as a reference, every store
+// of kept operands made GCC load its pointers again); i is even and rows past
 // mv are pairs' repeated rows.
-template <int R, int C>
-MOE_ARM_TILE void w4a8_mmla_tile(const W4A8Call& w, const int8_t* pairs, int64_t i, int64_t j, int64_t mv,
+template <int R, int C, class B>
+MOE_ARM_TILE void w4a8_mmla_tile(const W4A8Call& w, const int8_t* pairs, B b, int64_t i, int64_t j, int64_t mv,
                                  int64_t nv) {
   static_assert(R % 2 == 0 && C % 4 == 0, "2x2 blocks, columns in fours (their scales)");
   constexpr int RP = R / 2;
   constexpr int CP = C / 2;
   const int64_t groups = w.ops.groups, chunks = w.k / kW4A8Chunk;
   const int8_t* pa[RP];
-  const uint8_t* pb[C];
   MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) pa[r] = pairs + (i / 2 + r) * chunks * 64;
-  MOE_ARM_UNROLL for (int q = 0; q < C; ++q) pb[q] = w.b + (j + min_i64(q, nv - 1)) * w.ldb;
   const float* scale = w.ops.scales + j / 4 * groups * 4;
   const int32_t* zero = w.ops.zeros + j / 4 * groups * 4;
-  const uint8x16_t low4 = vdupq_n_u8(15);
 
   float32x4_t acc[RP][CP];
   MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
@@ -355,13 +397,8 @@ MOE_ARM_TILE void w4a8_mmla_tile(const W4A8Call& w, const int8_t* pairs, int64_t
         MOE_ARM_UNROLL for (int h = 0; h < 4; ++h) va[r][h] = vld1q_s8(pa[r] + p * 2 + 16 * h);
       }
       MOE_ARM_UNROLL for (int q = 0; q < CP; ++q) {
-        // p >= 0: p / 2 would fix its sign every chunk.
-        const uint8x16_t x = vld1q_u8(pb[2 * q] + (p >> 1)), y = vld1q_u8(pb[2 * q + 1] + (p >> 1));
-        const uint8x16_t first = zip_lo(x, y), second = zip_hi(x, y);
-        const int8x16_t vb[4] = {vreinterpretq_s8_u8(vandq_u8(first, low4)),
-                                 vreinterpretq_s8_u8(vandq_u8(second, low4)),
-                                 vreinterpretq_s8_u8(vshrq_n_u8(first, 4)),
-                                 vreinterpretq_s8_u8(vshrq_n_u8(second, 4))};
+        int8x16_t vb[4];
+        b.get(q, p, vb);
         MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
           MOE_ARM_UNROLL for (int h = 0; h < 4; ++h) dot[r][q] = vmmlaq_s32(dot[r][q], va[r][h], vb[h]);
         }
@@ -456,8 +493,26 @@ void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, co
   const W4A8Operands ops(m, n, k, a, lda, groups);
   const W4A8Call w{k, groups.group, a, lda, a_scale, b, ldb, ops, c, ldc};
   const int8_t* pairs = w4a8_pairs(m, k, a, lda);
-  for_each_tile<4, 2, 8, 8>(m, n, k / 2, [&](auto rows, auto cols, int64_t i, int64_t j, int64_t mv, int64_t nv) {
-    w4a8_mmla_tile<decltype(rows)::value, decltype(cols)::value>(w, pairs, i, j, mv, nv);
+  // From the third strip of rows on, the first strip unpacks each panel of b
+  // once into this thread's scratch (panels sized by their unpacked bytes, k
+  // a row), and the strips below read it there: their SMMLAs then have the
+  // vector pipes to themselves. The first strip's stores cost about what one
+  // strip's unpacking saves.
+  constexpr int kStrip = 4, kCols = 8;
+  const bool keep = m > 2 * kStrip;
+  const int64_t panel = panel_rows(k, kCols);
+  int8_t* kept = keep ? reinterpret_cast<int8_t*>(thread_scratch(ScratchUse::kPanels, panel * k)) : nullptr;
+  for_each_tile<kStrip, 2, kCols, kCols>(m, n, k, [&](auto rows, auto cols, int64_t i, int64_t j, int64_t mv,
+                                                      int64_t nv) {
+    constexpr int R = decltype(rows)::value, C = decltype(cols)::value;
+    int8_t* at = keep ? kept + j % panel * k : nullptr;  // the tile's pairs: 2k bytes each
+    if (!keep) {
+      w4a8_mmla_tile<R, C>(w, pairs, NibbleOperands<C, false>(w, j, nv, nullptr), i, j, mv, nv);
+    } else if (i == 0) {
+      w4a8_mmla_tile<R, C>(w, pairs, NibbleOperands<C, true>(w, j, nv, at), i, j, mv, nv);
+    } else {
+      w4a8_mmla_tile<R, C>(w, pairs, KeptOperands{at, k}, i, j, mv, nv);
+    }
   });
 }
 
