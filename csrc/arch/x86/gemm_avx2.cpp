@@ -387,6 +387,15 @@ struct ConstSteps {
   constexpr operator int64_t() const { return N; }
 };
 
+// f(ConstSteps<n>) for a count n in [1, N].
+template <int64_t N, class F>
+MOE_X86_INLINE void with_const_steps(int64_t n, F&& f) {
+  if constexpr (N > 1) {
+    if (n < N) return with_const_steps<N - 1>(n, f);
+  }
+  f(ConstSteps<N>{});
+}
+
 // A row of a in step order, with its chunk sums (x86::W4A8Operands): a byte
 // shuffle puts each 16-byte lane's even values before its odd ones, qword and
 // lane permutes gather the halves of two loads. A K tail is one 32-value chunk.
@@ -500,11 +509,7 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
         }
       };
       if (full_runs == 0) {
-        switch (last_steps) {
-          case 1: short_groups(ConstSteps<1>{}); break;
-          case 2: short_groups(ConstSteps<2>{}); break;
-          default: short_groups(ConstSteps<3>{});
-        }
+        with_const_steps<kInt16Steps - 1>(last_steps, short_groups);
       } else {
         switch (last_steps) {
           case 0: by_runs(ConstSteps<0>{}); break;
