@@ -6,8 +6,8 @@
 // (a vector op per two MMLAs).
 // INT4_W4A8 by SMMLA too, from two rows of a (four SMMLAs a chunk where four
 // outputs by SDOT take eight), a in the matching order once per call
-// (w4a8_pairs), b's nibbles unpacked once per panel for more than one strip
-// of rows; one row of a is dotprod's kernel, as for int8. MXFP4 by BFDOT
+// (w4a8_pairs), b's nibbles unpacked once per panel from three strips of
+// rows on; one row of a is dotprod's kernel, as for int8. MXFP4 by BFDOT
 // for one or two rows of a (mxfp4.h); more rows widen it once for the BFMMLA
 // tiles. fp32 stays on NEON's kernel.
 #include <arm_neon.h>
