@@ -488,34 +488,30 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
       // of a count known at compile time where it can be (ConstSteps): GCC
       // then keeps a run in registers, where a count known only at run time
       // made it spill the sums and reload its pointers each step. Groups of
-      // one short run (AWQ's 128, gpt-oss's 64) have a loop of their own,
-      // by a stride known at compile time: beside the loop over runs, GCC
-      // kept the loop's position in memory.
+      // one short run (AWQ's 128, gpt-oss's 64) have no runs and a stride
+      // known at compile time: with a run-time stride beside the loop over
+      // runs, GCC kept the loop's position in memory.
       const int64_t full_runs = groups.group / kStep / kInt16Steps;
       const int64_t last_steps = groups.group / kStep % kInt16Steps;
-      const auto short_groups = [&](auto count) {
-        for (int64_t p = 0, g = 0; p < k; p += count * kStep, ++g) {
-          steps(p, count, false, [&](int q) { return _mm256_set1_ps(col.scale[q][g]); });
-        }
-      };
-      const auto by_runs = [&](auto last) {
-        for (int64_t p0 = 0, g = 0; p0 < k; p0 += groups.group, ++g) {
+      const auto by_runs = [&](auto runs, auto last) {
+        const int64_t group = runs * (kInt16Steps * kStep) + last * kStep;  // groups.group
+        for (int64_t p0 = 0, g = 0; p0 < k; p0 += group, ++g) {
           const auto scale = [&](int q) { return _mm256_set1_ps(col.scale[q][g]); };
           int64_t p = p0;
-          for (int64_t run = 0; run < full_runs; ++run, p += kInt16Steps * kStep) {
+          for (int64_t run = 0; run < runs; ++run, p += kInt16Steps * kStep) {
             steps(p, ConstSteps<kInt16Steps>{}, false, scale);
           }
           if (last > 0) steps(p, last, false, scale);
         }
       };
       if (full_runs == 0) {
-        with_const_steps<kInt16Steps - 1>(last_steps, short_groups);
+        with_const_steps<kInt16Steps - 1>(last_steps, [&](auto last) { by_runs(ConstSteps<0>{}, last); });
       } else {
         switch (last_steps) {
-          case 0: by_runs(ConstSteps<0>{}); break;
-          case 1: by_runs(ConstSteps<1>{}); break;
-          case 2: by_runs(ConstSteps<2>{}); break;
-          default: by_runs(last_steps);
+          case 0: by_runs(full_runs, ConstSteps<0>{}); break;
+          case 1: by_runs(full_runs, ConstSteps<1>{}); break;
+          case 2: by_runs(full_runs, ConstSteps<2>{}); break;
+          default: by_runs(full_runs, last_steps);
         }
       }
     } else {
