@@ -527,29 +527,33 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
       }
     }
     // The zero points' part, lane-wise by group (the lanes are summed below
-    // anyway), the groups past the last whole 8 into lane 0.
-    const int64_t group_count = k / groups.group, whole = group_count / 8 * 8;
-    for (int64_t g = 0; g < whole; g += 8) {
+    // anyway), 8 groups a vector. Past the last group group_sums holds zeros
+    // (W4A8Operands), and a row's scales and zeros are not read past its end.
+    const int64_t group_count = k / groups.group;
+    for (int64_t g = 0; g < group_count; g += 8) {
       __m256 sums[MR];
       for (int r = 0; r < MR; ++r) sums[r] = _mm256_load_ps(ops.group_sums + (i + r) * ops.sums_ld + g);
+      const int64_t left = group_count - g;
       for (int q = 0; q < NR; ++q) {
-        const __m128i zero_bytes = col.zero[q] == nullptr
-                                       ? _mm_set1_epi8(x86::kW4A8DefaultZero)
-                                       : _mm_loadl_epi64(reinterpret_cast<const __m128i*>(col.zero[q] + g));
-        const __m256 zero_scale =
-            _mm256_mul_ps(_mm256_loadu_ps(col.scale[q] + g), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(zero_bytes)));
-        for (int r = 0; r < MR; ++r) acc[r][q] = _mm256_fnmadd_ps(zero_scale, sums[r], acc[r][q]);
-      }
-    }
-    for (int q = 0; q < NR && whole < group_count; ++q) {
-      for (int r = 0; r < MR; ++r) {
-        const float* sums = ops.group_sums + (i + r) * ops.sums_ld;
-        float part = 0.f;
-        for (int64_t g = whole; g < group_count; ++g) {
-          const int zero = col.zero[q] == nullptr ? x86::kW4A8DefaultZero : col.zero[q][g];
-          part += col.scale[q][g] * static_cast<float>(zero) * sums[g];
+        __m256 scale;
+        uint64_t zeros = 0x0101010101010101u * x86::kW4A8DefaultZero;
+        if (left >= 8) {
+          scale = _mm256_loadu_ps(col.scale[q] + g);
+          if (col.zero[q] != nullptr) std::memcpy(&zeros, col.zero[q] + g, sizeof(zeros));
+        } else {
+          const __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(left)),
+                                                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+          scale = _mm256_maskload_ps(col.scale[q] + g, in);
+          // Gathered in a register: stored byte by byte and loaded as one,
+          // the zeros stalled the load (no store forwarding).
+          if (col.zero[q] != nullptr) {
+            zeros = 0;
+            for (int64_t u = left - 1; u >= 0; --u) zeros = zeros << 8 | col.zero[q][g + u];
+          }
         }
-        acc[r][q] = _mm256_sub_ps(acc[r][q], _mm256_setr_ps(part, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f));
+        const __m256i zero_bytes = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<int64_t>(zeros)));
+        const __m256 zero_scale = _mm256_mul_ps(scale, _mm256_cvtepi32_ps(zero_bytes));
+        for (int r = 0; r < MR; ++r) acc[r][q] = _mm256_fnmadd_ps(zero_scale, sums[r], acc[r][q]);
       }
     }
     for (int r = 0; r < MR; ++r) {
