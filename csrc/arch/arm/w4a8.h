@@ -190,8 +190,11 @@ MOE_ARM_TILE void w4a8_tile(const W4A8Call& w, int64_t i, int64_t j, int64_t nv)
       }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int t = 0; t < Q && 4 * t < nv; ++t) {
+  // Unrolled, so that acc stays in registers: with a loop bounded at run time
+  // GCC keeps it in memory and stores it there every group.
+  MOE_ARM_UNROLL for (int r = 0; r < R; ++r) {
+    MOE_ARM_UNROLL for (int t = 0; t < Q; ++t) {
+      if (4 * t >= nv) break;
       store4(w.c + (i + r) * w.ldc + j + 4 * t, vmulq_n_f32(acc[r][t], w.a_scale[i + r]), nv - 4 * t);
     }
   }
