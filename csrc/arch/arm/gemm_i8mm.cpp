@@ -296,13 +296,24 @@ MOE_ARM_TILE void mmla_tile(int64_t k, const uint8_t* pairs, int64_t steps, cons
 // m repeated) and chunk, 64 bytes, the operands of its four SMMLAs: the even
 // values of the chunk's first half of each row, then of its second half, then
 // the odd values likewise (each 8 bytes of one row, then 8 of the other).
-MOE_ARM_ROWS_PASS int8_t* w4a8_pairs(int64_t m, int64_t k, const int8_t* a, int64_t lda) {
-  const int64_t chunks = k / kW4A8Chunk;
-  const PreparedRows prepared = thread_prepared_rows(ScratchUse::kRowsOfA, (m + 1) / 2 * chunks * 64, a, m, k);
+// After them, per pair and group, the rows' group sums as the zero points'
+// term wants them against a 2x2 block: [s0 s0 s1 s1], one load a group.
+struct W4A8Pairs {
+  const int8_t* rows;
+  const int32_t* sums;
+};
+
+MOE_ARM_ROWS_PASS W4A8Pairs w4a8_pairs(int64_t m, int64_t k, const int8_t* a, int64_t lda, const W4A8Operands& ops) {
+  const int64_t chunks = k / kW4A8Chunk, groups = ops.groups, pair_count = (m + 1) / 2;
+  const int64_t rows_bytes = pair_count * chunks * 64;
+  const PreparedRows prepared =
+      thread_prepared_rows(ScratchUse::kRowsOfA, rows_bytes + pair_count * groups * 16, a, m, k);
   int8_t* pairs = reinterpret_cast<int8_t*>(prepared.data);
+  int32_t* sums = reinterpret_cast<int32_t*>(prepared.data + rows_bytes);
   for (int64_t i = 0; i < m && !prepared.ready; i += 2) {
+    const int64_t i1 = min_i64(i + 1, m - 1);
     const int8_t* r0 = a + i * lda;
-    const int8_t* r1 = a + min_i64(i + 1, m - 1) * lda;
+    const int8_t* r1 = a + i1 * lda;
     int8_t* dst = pairs + i / 2 * chunks * 64;
     for (int64_t t = 0; t < chunks; ++t) {
       const int8x16x2_t x = vld2q_s8(r0 + t * kW4A8Chunk), y = vld2q_s8(r1 + t * kW4A8Chunk);
@@ -312,21 +323,27 @@ MOE_ARM_ROWS_PASS int8_t* w4a8_pairs(int64_t m, int64_t k, const int8_t* a, int6
         vst1q_u8(reinterpret_cast<uint8_t*>(dst + t * 64 + 32 * h + 16), zip_hi(u, v));
       }
     }
+    for (int64_t g = 0; g < groups; ++g) {
+      vst1q_s32(sums + (i / 2 * groups + g) * 4, vcombine_s32(vdup_n_s32(ops.a_sums[i * groups + g]),
+                                                              vdup_n_s32(ops.a_sums[i1 * groups + g])));
+    }
   }
-  return pairs;
+  return {pairs, sums};
 }
 
-// 64-bit half h of x in both halves.
-template <int h>
-int32x4_t both_halves(int32x4_t x) {
-  return vreinterpretq_s32_s64(vdupq_laneq_s64(vreinterpretq_s64_s32(x), h));
+// Where a tile of C columns keeps pair q's operands (below) of the chunk at
+// p: chunk after chunk, each chunk's pairs together (64 bytes a pair), so
+// that the tile reads them as one stream at offsets known when compiling. A
+// tile's operands over all of K take C * k bytes.
+template <int C>
+int64_t kept_at(int q, int64_t p) {
+  return p * C + 64 * q;
 }
 
 // The SMMLA operands of b for a W4A8 tile, per pair of rows q (columns 2q,
 // 2q + 1 of the tile) and chunk at p: four vectors, the even values of the
 // chunk's first half of each row (8 bytes of one row, then 8 of the other),
-// of its second half, then the odd values likewise. A pair's operands over
-// all of K take 2k bytes.
+// of its second half, then the odd values likewise.
 //
 // From the rows' nibbles, the last valid row repeated past nv; kKeep: also
 // stored at `kept` for the strips of rows below that meet the same columns.
@@ -334,9 +351,8 @@ template <int C, bool kKeep>
 struct NibbleOperands {
   const uint8_t* row[C];
   int8_t* kept;
-  int64_t k;
 
-  NibbleOperands(const W4A8Call& w, int64_t j, int64_t nv, int8_t* kept_at) : kept(kept_at), k(w.k) {
+  NibbleOperands(const W4A8Call& w, int64_t j, int64_t nv, int8_t* kept_at) : kept(kept_at) {
     MOE_ARM_UNROLL for (int q = 0; q < C; ++q) row[q] = w.b + (j + min_i64(q, nv - 1)) * w.ldb;
   }
   MOE_ARM_ALWAYS_INLINE void get(int q, int64_t p, int8x16_t (&vb)[4]) const {
@@ -349,18 +365,18 @@ struct NibbleOperands {
     vb[2] = vreinterpretq_s8_u8(vshrq_n_u8(first, 4));
     vb[3] = vreinterpretq_s8_u8(vshrq_n_u8(second, 4));
     if constexpr (kKeep) {
-      MOE_ARM_UNROLL for (int h = 0; h < 4; ++h) vst1q_s8(kept + q * 2 * k + 2 * p + 16 * h, vb[h]);
+      MOE_ARM_UNROLL for (int h = 0; h < 4; ++h) vst1q_s8(kept + kept_at<C>(q, p) + 16 * h, vb[h]);
     }
   }
 };
 
 // As a NibbleOperands<C, true> of the first strip stored them.
+template <int C>
 struct KeptOperands {
   const int8_t* kept;
-  int64_t k;
 
   MOE_ARM_ALWAYS_INLINE void get(int q, int64_t p, int8x16_t (&vb)[4]) const {
-    MOE_ARM_UNROLL for (int h = 0; h < 4; ++h) vb[h] = vld1q_s8(kept + q * 2 * k + 2 * p + 16 * h);
+    MOE_ARM_UNROLL for (int h = 0; h < 4; ++h) vb[h] = vld1q_s8(kept + kept_at<C>(q, p) + 16 * h);
   }
 };
 
@@ -370,14 +386,14 @@ struct KeptOperands {
 // of kept operands made GCC load its pointers again); i is even and rows past
 // mv are pairs' repeated rows.
 template <int R, int C, class B>
-MOE_ARM_TILE void w4a8_mmla_tile(const W4A8Call& w, const int8_t* pairs, B b, int64_t i, int64_t j, int64_t mv,
+MOE_ARM_TILE void w4a8_mmla_tile(const W4A8Call& w, const W4A8Pairs& pairs, B b, int64_t i, int64_t j, int64_t mv,
                                  int64_t nv) {
   static_assert(R % 2 == 0 && C % 4 == 0, "2x2 blocks, columns in fours (their scales)");
   constexpr int RP = R / 2;
   constexpr int CP = C / 2;
   const int64_t groups = w.ops.groups, chunks = w.k / kW4A8Chunk;
   const int8_t* pa[RP];
-  MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) pa[r] = pairs + (i / 2 + r) * chunks * 64;
+  MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) pa[r] = pairs.rows + (i / 2 + r) * chunks * 64;
   const float* scale = w.ops.scales + j / 4 * groups * 4;
   const int32_t* zero = w.ops.zeros + j / 4 * groups * 4;
 
@@ -405,29 +421,30 @@ MOE_ARM_TILE void w4a8_mmla_tile(const W4A8Call& w, const int8_t* pairs, B b, in
       }
     }
     int32x4_t sums[RP];
-    MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
-      const int32_t* row = w.ops.a_sums + g;
-      sums[r] = vcombine_s32(vdup_n_s32(row[min_i64(i + 2 * r, mv - 1 + i) * groups]),
-                             vdup_n_s32(row[min_i64(i + 2 * r + 1, mv - 1 + i) * groups]));
-    }
-    MOE_ARM_UNROLL for (int t = 0; t < C / 4; ++t) {
-      const int32x4_t s = vreinterpretq_s32_f32(vld1q_f32(scale + (t * groups + g) * 4));
-      const int32x4_t z = vld1q_s32(zero + (t * groups + g) * 4);
-      const int32x4_t zh[2] = {both_halves<0>(z), both_halves<1>(z)};
-      const float32x4_t sh[2] = {vreinterpretq_f32_s32(both_halves<0>(s)), vreinterpretq_f32_s32(both_halves<1>(s))};
+    MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) sums[r] = vld1q_s32(pairs.sums + ((i / 2 + r) * groups + g) * 4);
+    // A quad of columns' zero points and scales, a load each, then each pair's
+    // two in both halves by a ZIP (8-byte loads came with a DUP each).
+    MOE_ARM_UNROLL for (int t = 0; t < CP / 2; ++t) {
+      const int64x2_t z4 = vreinterpretq_s64_s32(vld1q_s32(zero + (t * groups + g) * 4));
+      const int64x2_t s4 = vreinterpretq_s64_f32(vld1q_f32(scale + (t * groups + g) * 4));
       MOE_ARM_UNROLL for (int h = 0; h < 2; ++h) {
+        const int q = 2 * t + h;
+        const int32x4_t z = vreinterpretq_s32_s64(h ? vzip2q_s64(z4, z4) : vzip1q_s64(z4, z4));
+        const float32x4_t s = vreinterpretq_f32_s64(h ? vzip2q_s64(s4, s4) : vzip1q_s64(s4, s4));
         MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
-          const int32x4_t d = vmlsq_s32(dot[r][2 * t + h], zh[h], sums[r]);
-          acc[r][2 * t + h] = vfmaq_f32(acc[r][2 * t + h], vcvtq_f32_s32(d), sh[h]);
+          acc[r][q] = vfmaq_f32(acc[r][q], vcvtq_f32_s32(vmlsq_s32(dot[r][q], z, sums[r])), s);
         }
       }
     }
   }
-  for (int r = 0; r < RP && 2 * r < mv; ++r) {
+  // Unrolled, as w4a8_tile's stores are (w4a8.h says why).
+  MOE_ARM_UNROLL for (int r = 0; r < RP; ++r) {
+    if (2 * r >= mv) break;
     float* c0 = w.c + (i + 2 * r) * w.ldc + j;
     const float32x4_t sa = vcombine_f32(vdup_n_f32(w.a_scale[i + 2 * r]),
                                         vdup_n_f32(w.a_scale[i + min_i64(2 * r + 1, mv - 1)]));
-    for (int q = 0; q < CP && 2 * q < nv; ++q) {
+    MOE_ARM_UNROLL for (int q = 0; q < CP; ++q) {
+      if (2 * q >= nv) break;
       const float32x4_t v = vmulq_f32(acc[r][q], sa);
       store2(c0 + 2 * q, vget_low_f32(v), nv - 2 * q);
       if (2 * r + 1 < mv) store2(c0 + w.ldc + 2 * q, vget_high_f32(v), nv - 2 * q);
@@ -492,7 +509,7 @@ void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, co
   MOE_KERNEL_USE(kGemmW4A8);
   const W4A8Operands ops(m, n, k, a, lda, groups);
   const W4A8Call w{k, groups.group, a, lda, a_scale, b, ldb, ops, c, ldc};
-  const int8_t* pairs = w4a8_pairs(m, k, a, lda);
+  const W4A8Pairs pairs = w4a8_pairs(m, k, a, lda, ops);
   // From the third strip of rows on, the first strip unpacks each panel of b
   // once into this thread's scratch (panels sized by their unpacked bytes, k
   // a row), and the strips below read it there: their SMMLAs then have the
@@ -505,13 +522,13 @@ void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, co
   for_each_tile<kStrip, 2, kCols, kCols>(m, n, k, [&](auto rows, auto cols, int64_t i, int64_t j, int64_t mv,
                                                       int64_t nv) {
     constexpr int R = decltype(rows)::value, C = decltype(cols)::value;
-    int8_t* at = keep ? kept + j % panel * k : nullptr;  // the tile's pairs: 2k bytes each
+    int8_t* at = keep ? kept + j % panel * k : nullptr;  // the tile's operands (kept_at)
     if (!keep) {
       w4a8_mmla_tile<R, C>(w, pairs, NibbleOperands<C, false>(w, j, nv, nullptr), i, j, mv, nv);
     } else if (i == 0) {
       w4a8_mmla_tile<R, C>(w, pairs, NibbleOperands<C, true>(w, j, nv, at), i, j, mv, nv);
     } else {
-      w4a8_mmla_tile<R, C>(w, pairs, KeptOperands{at, k}, i, j, mv, nv);
+      w4a8_mmla_tile<R, C>(w, pairs, KeptOperands<C>{at}, i, j, mv, nv);
     }
   });
 }
