@@ -86,8 +86,10 @@ MOE_ARM_TILE void mxfp4_tile(int64_t k, const typename Ops::A* a, const uint8_t*
       MOE_ARM_UNROLL for (int r = 0; r < R; ++r) total[r][q] = vfmaq_n_f32(total[r][q], Ops::block(va[r], vb), s);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int q = 0; q < C && q < nv; q += 4) {
+  // Unrolled, as w4a8_tile's stores are (w4a8.h says why).
+  MOE_ARM_UNROLL for (int r = 0; r < R; ++r) {
+    MOE_ARM_UNROLL for (int q = 0; q < C; q += 4) {
+      if (q >= nv) break;
       store4(c + r * ldc + q, hsum4(total[r][q], total[r][q + 1], total[r][q + 2], total[r][q + 3]), nv - q);
     }
   }
