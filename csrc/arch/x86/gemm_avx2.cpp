@@ -583,14 +583,18 @@ struct W4A8Panels {
   static constexpr int kInt16Lines = 8;  // 8 * 2 * 15 * 127 = 30,480 < 2^15
   using Block = x86::PanelBlock<kLanes>;
 
-  static void widen_row(const uint8_t* src, int64_t k, const uint8_t* next, uint8_t* dst) {
+  static void widen_row(const uint8_t* src, int64_t k, uint8_t* dst) {
     const __m256i low = _mm256_set1_epi32(0x0f0f0f0f);
     for (int64_t p = 0; p < k; p += 32) {
-      if (p % 128 == 0) _mm_prefetch(reinterpret_cast<const char*>(next + p / 2), _MM_HINT_T0);
       const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + p / 2)));
       const __m256i bytes = _mm256_and_si256(_mm256_or_si256(w, _mm256_slli_epi32(w, 12)), low);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + p), bytes);
     }
+  }
+
+  static void store(const Block& block, const float (*out)[kLanes], const float* a_scale, float* dst, int64_t ldc,
+                    int nb) {
+    x86::store_lane_sums<kLanes, kCols>(block, out, a_scale, dst, ldc, nb);
   }
 
   // A dword a row for one step, else qwords (steps / 2 a row); each quad's
@@ -649,11 +653,13 @@ struct W4A8Panels {
 
   template <int kSteps>
   static void tile(const Block& block, const uint8_t* wb, int64_t k, int64_t group, int64_t groups,
-                   const float* const* scale, const float* zero_scale, float (*out)[kLanes]) {
+                   const float* const* scale, const float* zero_scale, const x86::RowsAhead& ahead,
+                   float (*out)[kLanes]) {
     constexpr int64_t kLineValues = 4 * kSteps;
     const __m256i ones16 = _mm256_set1_epi16(1);
     for (int q = 0; q < kCols; ++q) _mm256_store_ps(out[q], _mm256_setzero_ps());
     for (int64_t g = 0; g < groups; ++g) {
+      ahead.fetch(g, group);
       __v8si acc[kCols];  // not __m256i: as avx512's S8, GCC 12 copies those around
       for (int q = 0; q < kCols; ++q) acc[q] = __v8si{};
       const int64_t end = k - g * group < group ? k : (g + 1) * group;

@@ -159,14 +159,40 @@ struct Panels {
   static constexpr int64_t kLineBytes = 4 * kLanes;
   using Block = x86::PanelBlock<kLanes>;
 
-  static void widen_row(const uint8_t* src, int64_t k, const uint8_t* next, uint8_t* dst) {
-    for (int64_t p = 0; p < k; p += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(next + p / 2), _MM_HINT_T0);
+  // 64 values of a quad's bytes: (w | w << 12) & 0x0f0f0f0f per 16-bit word w.
+  static MOE_X86_INLINE __m512i widen_words(__m256i words) {
+    const __m512i w = _mm512_cvtepu16_epi32(words);
+    return _mm512_ternarylogic_epi32(w, _mm512_slli_epi32(w, 12), _mm512_set1_epi32(0x0f0f0f0f), 0xa8);  // (A | B) & C
+  }
+
+  // Whole 64-byte lines of src without masks, then the last 32 to 96 values.
+  static void widen_row(const uint8_t* src, int64_t k, uint8_t* dst) {
+    int64_t p = 0;
+    for (; p + 128 <= k; p += 128) {
+      const __m256i* line = reinterpret_cast<const __m256i*>(src + p / 2);
+      _mm512_storeu_si512(dst + p, widen_words(_mm256_loadu_si256(line)));
+      _mm512_storeu_si512(dst + p + 64, widen_words(_mm256_loadu_si256(line + 1)));
+    }
+    for (; p < k; p += 64) {
       const __mmask16 words = k - p >= 64 ? __mmask16{0xffff} : __mmask16{0xff};
-      const __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(words, src + p / 2));
-      const __m512i bytes =
-          _mm512_ternarylogic_epi32(w, _mm512_slli_epi32(w, 12), _mm512_set1_epi32(0x0f0f0f0f), 0xa8);  // (A | B) & C
-      _mm512_mask_storeu_epi32(dst + p, words, bytes);
+      _mm512_mask_storeu_epi32(dst + p, words, widen_words(_mm256_maskz_loadu_epi16(words, src + p / 2)));
+    }
+  }
+
+  // Rows that fill the lanes (one step): a column's 16 sums are its 16 rows of
+  // c, scattered; the scalar stores took a tenth of the kernel at M = 512.
+  static void store(const Block& block, const float (*out)[kLanes], const float* a_scale, float* dst, int64_t ldc,
+                    int nb) {
+    if (block.steps != 1) {
+      x86::store_lane_sums<kLanes, kCols>(block, out, a_scale, dst, ldc, nb);
+      return;
+    }
+    const auto rows = static_cast<__mmask16>((1u << block.rows) - 1);
+    const __m512 scale = _mm512_maskz_loadu_ps(rows, a_scale);
+    const __m512i at = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          _mm512_set1_epi32(static_cast<int32_t>(ldc)));
+    for (int q = 0; q < nb; ++q) {
+      _mm512_mask_i32scatter_ps(dst + q, rows, at, _mm512_mul_ps(_mm512_load_ps(out[q]), scale), 4);
     }
   }
 
@@ -225,12 +251,14 @@ struct Panels {
 
   template <int kSteps>
   static void tile(const Block& block, const uint8_t* wb, int64_t k, int64_t group, int64_t groups,
-                   const float* const* scale, const float* zero_scale, float (*out)[kLanes]) {
+                   const float* const* scale, const float* zero_scale, const x86::RowsAhead& ahead,
+                   float (*out)[kLanes]) {
     using Acc = __v16si;  // not __m512i: gemm_avx512.cpp's S8 says why
     constexpr int64_t kLineValues = 4 * kSteps;
     __m512 total[kCols];
     for (int q = 0; q < kCols; ++q) total[q] = _mm512_setzero_ps();
     for (int64_t g = 0; g < groups; ++g) {
+      ahead.fetch(g, group);
       Acc acc[kCols];
       for (int q = 0; q < kCols; ++q) acc[q] = Acc{};
       const int64_t end = k - g * group < group ? k : (g + 1) * group;

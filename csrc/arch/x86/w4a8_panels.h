@@ -12,18 +12,22 @@
 //
 // A level's Panels brings:
 //   kLanes, kCols         int32 lanes of a vector; columns of c a register tile
-//   widen_row(src, k, next, dst)
-//                         k values of a row of b into k bytes; `next` is the
-//                         row to prefetch (rows of b come from memory once)
+//   widen_row(src, k, dst)
+//                         k values of a row of b into k bytes
 //   Gather(lda, block)    gathers a line of the block from its rows of a:
 //                         line(at, dst, sum) stores the line of the rows' bytes
 //                         from `at` on into dst and returns sum plus its lanes'
 //                         sums; zero() and store(sum, dst) the sums' vector
-//   tile<kSteps>(block, wb, k, group, groups, scale, zero_scale, out)
+//   tile<kSteps>(block, wb, k, group, groups, scale, zero_scale, ahead, out)
 //                         kCols widened rows (wb, k bytes apart) against the
-//                         block over all of K into out[q][lane]
+//                         block over all of K into out[q][lane], calling
+//                         ahead.fetch(g, group) as group g starts
+//   store(block, out, a_scale, dst, ldc, nb)
+//                         out into c's nb columns from dst (row block.row0),
+//                         as store_lane_sums does; a_scale from the block's row
 #pragma once
 
+#include "arch/x86/inline.h"
 #include "arch/x86/w4a8_operands.h"
 #include "core/kernels.h"
 #include "core/scratch.h"
@@ -56,6 +60,20 @@ struct PanelBlock {
   static int64_t bytes(int64_t k, int64_t groups) { return kLanes * k + groups * kLanes * 4; }
 };
 
+// The rows of b that the next columns of c widen, fetched a group of K at a
+// time while the first block of rows runs: rows of b come from memory once,
+// and all of them fetched at once ahead of the widening wait on the line fill
+// buffers.
+struct RowsAhead {
+  const uint8_t* first = nullptr;
+  int64_t ldb = 0;
+  int rows = 0;  // 0: none (the last columns, or a later block of rows)
+
+  MOE_X86_INLINE void fetch(int64_t g, int64_t group) const {
+    for (int q = 0; q < rows; ++q) __builtin_prefetch(first + q * ldb + g * group / 2, 0, 3);
+  }
+};
+
 // The block's rows of a into its lines, and the lanes' sums per group.
 template <class Panels>
 void pack_block(const int8_t* a, int64_t lda, int64_t k, int64_t group, const PanelBlock<Panels::kLanes>& block) {
@@ -69,6 +87,20 @@ void pack_block(const int8_t* a, int64_t lda, int64_t k, int64_t group, const Pa
     auto sum = Panels::Gather::zero();
     for (int64_t p = p0; p < end; p += line_values, line += 4 * Panels::kLanes) sum = gather.line(base + p, line, sum);
     Panels::Gather::store(sum, sums);
+  }
+}
+
+// c's nb columns from dst, rows [0, block.rows): each row's lanes of out
+// summed, times the row's a scale. Scalar, for a level with no faster store.
+template <int kLanes, int kCols>
+void store_lane_sums(const PanelBlock<kLanes>& block, const float (*out)[kLanes], const float* a_scale, float* dst,
+                     int64_t ldc, int nb) {
+  for (int r = 0; r < block.rows; ++r) {
+    for (int q = 0; q < nb; ++q) {
+      float sum = 0.f;
+      for (int u = 0; u < block.steps; ++u) sum += out[q][r * block.steps + u];
+      dst[r * ldc + q] = sum * a_scale[r];
+    }
   }
 }
 
@@ -91,8 +123,7 @@ void gemm_w4a8_panels(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t 
     const float* scale[kCols];
     for (int q = 0; q < kCols; ++q) {
       const int64_t row = j + (q < nb ? q : nb - 1);  // past n, the last again (not stored)
-      const int64_t next = row + kCols < n ? row + kCols : row;
-      Panels::widen_row(b + row * ldb, k, b + next * ldb, wb + q * k);
+      Panels::widen_row(b + row * ldb, k, wb + q * k);
       scale[q] = groups.scale + row * groups.ld;
       for (int64_t g = 0; g < count; ++g) {
         const int zero = groups.zero != nullptr ? groups.zero[row * groups.ld + g] : kW4A8DefaultZero;
@@ -101,20 +132,17 @@ void gemm_w4a8_panels(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t 
     }
     for (int64_t ib = 0; ib < blocks; ++ib) {
       const Block block(m, k, count, ib, panel);
+      const int64_t after = n - j - kCols;
+      const RowsAhead ahead = ib == 0 && after > 0
+                                  ? RowsAhead{b + (j + kCols) * ldb, ldb, after < kCols ? static_cast<int>(after) : kCols}
+                                  : RowsAhead{};
       switch (block.steps) {
-        case 1: Panels::template tile<1>(block, wb, k, groups.group, count, scale, zero_scale, out); break;
-        case 2: Panels::template tile<2>(block, wb, k, groups.group, count, scale, zero_scale, out); break;
-        case 4: Panels::template tile<4>(block, wb, k, groups.group, count, scale, zero_scale, out); break;
-        default: Panels::template tile<8>(block, wb, k, groups.group, count, scale, zero_scale, out); break;
+        case 1: Panels::template tile<1>(block, wb, k, groups.group, count, scale, zero_scale, ahead, out); break;
+        case 2: Panels::template tile<2>(block, wb, k, groups.group, count, scale, zero_scale, ahead, out); break;
+        case 4: Panels::template tile<4>(block, wb, k, groups.group, count, scale, zero_scale, ahead, out); break;
+        default: Panels::template tile<8>(block, wb, k, groups.group, count, scale, zero_scale, ahead, out); break;
       }
-      for (int r = 0; r < block.rows; ++r) {
-        float* dst = c + (block.row0 + r) * ldc + j;
-        for (int q = 0; q < nb; ++q) {
-          float sum = 0.f;
-          for (int u = 0; u < block.steps; ++u) sum += out[q][r * block.steps + u];
-          dst[q] = sum * a_scale[block.row0 + r];
-        }
-      }
+      Panels::store(block, out, a_scale + block.row0, c + block.row0 * ldc + j, ldc, nb);
     }
   }
 }
