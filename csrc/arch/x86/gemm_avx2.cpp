@@ -594,7 +594,7 @@ struct W4A8Panels {
 
   static void store(const Block& block, const float (*out)[kLanes], const float* a_scale, float* dst, int64_t ldc,
                     int nb) {
-    x86::store_lane_sums<kLanes, kCols>(block, out, a_scale, dst, ldc, nb);
+    x86::store_lane_sums<kLanes>(block, out, a_scale, dst, ldc, nb);
   }
 
   // A dword a row for one step, else qwords (steps / 2 a row); each quad's

@@ -184,7 +184,7 @@ struct Panels {
   static void store(const Block& block, const float (*out)[kLanes], const float* a_scale, float* dst, int64_t ldc,
                     int nb) {
     if (block.steps != 1) {
-      x86::store_lane_sums<kLanes, kCols>(block, out, a_scale, dst, ldc, nb);
+      x86::store_lane_sums<kLanes>(block, out, a_scale, dst, ldc, nb);
       return;
     }
     const auto rows = static_cast<__mmask16>((1u << block.rows) - 1);

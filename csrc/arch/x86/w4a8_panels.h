@@ -92,7 +92,7 @@ void pack_block(const int8_t* a, int64_t lda, int64_t k, int64_t group, const Pa
 
 // c's nb columns from dst, rows [0, block.rows): each row's lanes of out
 // summed, times the row's a scale. Scalar, for a level with no faster store.
-template <int kLanes, int kCols>
+template <int kLanes>
 void store_lane_sums(const PanelBlock<kLanes>& block, const float (*out)[kLanes], const float* a_scale, float* dst,
                      int64_t ldc, int nb) {
   for (int r = 0; r < block.rows; ++r) {
@@ -130,12 +130,13 @@ void gemm_w4a8_panels(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t 
         zero_scale[q * count + g] = scale[q][g] * static_cast<float>(zero);
       }
     }
+    const int64_t after = n - j - kCols;
+    const RowsAhead next_rows =
+        after > 0 ? RowsAhead{b + (j + kCols) * ldb, ldb, after < kCols ? static_cast<int>(after) : kCols}
+                  : RowsAhead{};
     for (int64_t ib = 0; ib < blocks; ++ib) {
       const Block block(m, k, count, ib, panel);
-      const int64_t after = n - j - kCols;
-      const RowsAhead ahead = ib == 0 && after > 0
-                                  ? RowsAhead{b + (j + kCols) * ldb, ldb, after < kCols ? static_cast<int>(after) : kCols}
-                                  : RowsAhead{};
+      const RowsAhead ahead = ib == 0 ? next_rows : RowsAhead{};
       switch (block.steps) {
         case 1: Panels::template tile<1>(block, wb, k, groups.group, count, scale, zero_scale, ahead, out); break;
         case 2: Panels::template tile<2>(block, wb, k, groups.group, count, scale, zero_scale, ahead, out); break;
