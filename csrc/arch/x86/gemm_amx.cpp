@@ -706,7 +706,7 @@ struct StoreTransposed {
 void gemm_bf16_mxfp4(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b, int64_t ldb,
                      const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc) {
   if (m < kMinRows) {
-    avx512_bf16::gemm_bf16_mxfp4(m, n, k, a, lda, b, ldb, scale, scale_ld, c, ldc);
+    avx512_bf16::kernels().gemm_bf16_mxfp4(m, n, k, a, lda, b, ldb, scale, scale_ld, c, ldc);
     return;
   }
   MOE_KERNEL_USE(kGemmBF16Mxfp4);

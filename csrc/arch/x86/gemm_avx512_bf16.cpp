@@ -449,8 +449,6 @@ const KernelSet& avx512_bf16::kernels() {
     set.gemm_bf16_tiles = gemm_bf16_tiles;
     set.gemm_s8_tiles = gemm_s8_tiles;
     set.gemm_bf16_fp8_tiles = gemm_bf16_fp8_tiles;
-    set.gemm_bf16_mxfp4 = gemm_bf16_mxfp4;
-    set.gemm_bf16_mxfp4_takes = gemm_bf16_mxfp4_takes;
   });
   return kernels;
 }

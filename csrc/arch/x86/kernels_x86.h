@@ -32,11 +32,4 @@ void gemm_bf16_mxfp4(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t
 bool gemm_bf16_mxfp4_takes(int64_t m);
 }  // namespace avx512
 
-// avx512_bf16: its fused MXFP4 GEMM (gemm_mxfp4_avx512_bf16.cpp), amx's for few rows.
-namespace avx512_bf16 {
-void gemm_bf16_mxfp4(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
-                     int64_t ldb, const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc);
-bool gemm_bf16_mxfp4_takes(int64_t m);
-}  // namespace avx512_bf16
-
 }  // namespace moe_xarch
