@@ -1,7 +1,9 @@
-// AVX-512 BF16: the avx512 level with its bf16 GEMM on vdpbf16ps, which
-// multiplies pairs of adjacent K values - a dot product's own order, and its
-// own fp8 widening (byte-table lookups into bf16, AVX-512 VBMI; scales in
-// fp32). The rest is avx512's.
+// AVX-512 BF16: the avx512 level with GEMMs on the tile layout (bf16 and fp8
+// on vdpbf16ps, which multiplies pairs of adjacent K values - a dot product's
+// own order; int8 on vpdpbusd), the fused fp8 GEMM, and its own fp8 widening
+// (byte-table lookups into bf16, AVX-512 VBMI; scales in fp32). The rest is
+// avx512's, bf16 rows included: where b widens in registers anyway, avx512's
+// FMAs beat vdpbf16ps, which issues at half their MAC rate on Sapphire Rapids.
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC PR 105593, as in gemm_avx512.cpp.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -22,26 +24,6 @@
 
 namespace moe_xarch {
 namespace {
-
-struct DpBF16 {
-  using T = uint16_t;
-  using A = __m512bh;
-  using B = __m512bh;
-  using Acc = __m512;
-  static constexpr int kStep = 32;
-  static MOE_X86_INLINE Acc zero() { return _mm512_setzero_ps(); }
-  static MOE_X86_INLINE A load_a(const T* p) { return reinterpret_cast<A>(_mm512_loadu_si512(p)); }
-  static MOE_X86_INLINE A load_a_tail(const T* p, int rem) {
-    return reinterpret_cast<A>(_mm512_maskz_loadu_epi16(static_cast<__mmask32>((1ull << rem) - 1), p));
-  }
-  static MOE_X86_INLINE B load_b(const T* p) { return load_a(p); }
-  static MOE_X86_INLINE B load_b_tail(const T* p, int rem) { return load_a_tail(p, rem); }
-  static MOE_X86_INLINE void madd(Acc& acc, A a, B b) { acc = _mm512_dpbf16_ps(acc, a, b); }
-  template <int NR>
-  static MOE_X86_INLINE void store(const Acc (&acc)[NR], float* c, int nb, bool add) {
-    x86::store_sums_avx512<NR>(acc, c, nb, add);
-  }
-};
 
 // The fused fp8 GEMM's tiles: each block of K accumulates on its own and is
 // added into the totals times its rows' scales (2 x MR x NR fp32 registers, so
@@ -126,12 +108,6 @@ void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t l
   MOE_KERNEL_USE(kGemmBF16Fp8);
   Fp8Tiles t{a, lda, b, ldb, scales, c, ldc, {}};
   x86::gemm_tiled(t, m, n, k);
-}
-
-void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
-               int64_t ldb, float* c, int64_t ldc) {
-  MOE_KERNEL_USE(kGemmBF16);
-  x86::gemm_float<DpBF16, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc);
 }
 
 // The weights come from memory once: a prefetch this far ahead keeps more of
@@ -441,7 +417,6 @@ void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
 const KernelSet& avx512_bf16::kernels() {
   static const KernelSet kernels = above(avx512::kernels(), [](KernelSet& set) {
     row_kernels::compiled_here(set);
-    set.gemm_bf16 = gemm_bf16;
     set.fp8_to_bf16 = fp8_to_bf16;
     set.gemm_bf16_fp8 = gemm_bf16_fp8;
     set.gemm_bf16_fp8_takes = gemm_bf16_fp8_takes;
