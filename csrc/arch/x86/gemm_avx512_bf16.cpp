@@ -3,7 +3,7 @@
 // own order; int8 on vpdpbusd), the fused fp8 GEMM, and its own fp8 widening
 // (byte-table lookups into bf16, AVX-512 VBMI; scales in fp32). The rest is
 // avx512's, bf16 rows included: where b widens in registers anyway, avx512's
-// FMAs beat vdpbf16ps, which issues at half their MAC rate on Sapphire Rapids.
+// FMAs beat vdpbf16ps, at half their MAC rate on Emerald Rapids (measured).
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC PR 105593, as in gemm_avx512.cpp.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

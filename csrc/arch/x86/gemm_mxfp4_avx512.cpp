@@ -1,12 +1,12 @@
 // AVX-512 (F, BW, VL, DQ) MXFP4 kernels, also the avx512_bf16 and amx levels'
-// (amx's fused GEMM from kMinRows rows on its tiles). The fused GEMM of few
-// rows (mxfp4_tiles.h), FMA on fp32: a 64-byte step of b holds 16 dwords of 8
-// nibbles; part t is nibble t of every dword, shifted down and looked up by
-// vpermps (which reads the index's low 4 bits only), so lane d of part t holds
-// value 8 d + t - in block d / 4, whose scale applies to the lane's sum. Not
-// on vdpbf16ps where there is one: on Sapphire Rapids it issues at half the
-// FMAs' MAC rate, and the lookups' shifts and permutes it saves do not make
-// that up.
+// (but amx's fused GEMM of kMinRows rows and more, on its tiles). The fused
+// GEMM of few rows (mxfp4_tiles.h), FMA on fp32: a 64-byte step of b holds 16
+// dwords of 8 nibbles; part t is nibble t of every dword, shifted down and
+// looked up by vpermps (which reads the index's low 4 bits only), so lane d of
+// part t holds value 8 d + t - in block d / 4, whose scale applies to the
+// lane's sum. Not on vdpbf16ps where there is one: on Emerald Rapids
+// (measured) it issues at half the FMAs' MAC rate, and the shifts and
+// permutes its lookup saves do not make that up.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
