@@ -1,9 +1,10 @@
-// AVX-512 BF16: the avx512 level with GEMMs on the tile layout (bf16 and fp8
-// on vdpbf16ps, which multiplies pairs of adjacent K values - a dot product's
-// own order; int8 on vpdpbusd), the fused fp8 GEMM, and its own fp8 widening
-// (byte-table lookups into bf16, AVX-512 VBMI; scales in fp32). The rest is
-// avx512's, bf16 rows included: where b widens in registers anyway, avx512's
-// FMAs beat vdpbf16ps, at half their MAC rate on Emerald Rapids (measured).
+// AVX-512 BF16: the avx512 level with GEMMs on the tile layout (bf16 lines,
+// and fp8 widened into them; int8 on vpdpbusd), the fused fp8 GEMM, and its
+// own fp8 widening (byte-table lookups into bf16, AVX-512 VBMI; scales in
+// fp32). The rest is avx512's, bf16 rows included. vdpbf16ps multiplies pairs
+// of adjacent K values - a dot product's own order - but at half the FMAs'
+// MAC rate on Emerald Rapids (measured): it keeps the few-row kernels, and
+// FMAs take the lines from kLinesFmaRows rows of a.
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC PR 105593, as in gemm_avx512.cpp.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
