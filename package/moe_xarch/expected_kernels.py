@@ -76,19 +76,20 @@ _X86_64: Mapping[str, Mapping[str, Expected]] = {
                             *ROW_KERNELS)),
         **_PACK_ROWS,
     },
-    # avx512 with its own fused fp8 GEMM, fp8 to bf16 widening and tile-layout GEMMs; bf16 rows on
-    # avx512's FMAs (gemm_avx512_bf16.cpp says why).
+    # avx512 with its own bf16 and fp8 GEMMs, fp8 to bf16 widening and tile-layout GEMMs.
     "avx512_bf16": {
-        **_level("avx512", ("gemm_f32", "gemm_bf16", "gemm_s8", "fp8_to_f32")),
-        **_level("avx512_bf16", ("gemm_bf16_fp8", "fp8_to_bf16", "gemm_bf16_tiles",
+        **_level("avx512", ("gemm_f32", "gemm_s8", "fp8_to_f32")),
+        **_level("avx512_bf16", ("gemm_bf16", "gemm_bf16_fp8", "fp8_to_bf16", "gemm_bf16_tiles",
                                  "gemm_s8_tiles", "gemm_bf16_fp8_tiles", *ROW_KERNELS)),
-        # The 4-bit kernels are avx512's: MXFP4 widened exactly (then the bf16 rows GEMM), and the
-        # fused MXFP4 GEMM, on FMAs too.
-        **_level("avx512", (*_FOUR_BIT, *_MXFP4_FUSED)),
+        # The 4-bit kernels are avx512's (MXFP4 widened exactly, then this level's vdpbf16ps GEMM)
+        # but for the fused MXFP4 GEMM, on vdpbf16ps.
+        **_level("avx512", _FOUR_BIT),
+        **_level("avx512_bf16", _MXFP4_FUSED),
         **_PACK_BOTH,
     },
     # avx512_bf16 with tile GEMMs from 4 rows of a; fp8 and MXFP4 are never widened into rows for
-    # bf16: they are widened onto tiles in the GEMM, as INT4 is.
+    # bf16: they are widened onto tiles in the GEMM, as INT4 is. Few rows of bf16 and MXFP4 go to
+    # avx512's FMAs, not vdpbf16ps (gemm_amx.cpp says why).
     "amx": {
         **_level("avx512", ("gemm_f32", "fp8_to_f32")),
         "gemm_bf16": Expected("amx", {"avx512": f"{_AMX_FEW_ROWS}, or K not a multiple of 32"}),

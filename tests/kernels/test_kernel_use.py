@@ -143,8 +143,8 @@ def test_a_wrong_level_is_named() -> None:
     assert wrong_kernels(use, "i8mm", reaches_own=True) == [
         "gemm_s8: expected i8mm's kernel, but only dotprod's ran"]
     assert wrong_kernels(use, "i8mm", reaches_own=False) == []
-    assert wrong_kernels({"fp8_to_bf16": {"avx512": 2}}, "avx512_bf16", reaches_own=False) == [
-        "fp8_to_bf16: expected avx512_bf16's kernel, but avx512's ran"]
+    assert wrong_kernels({"gemm_bf16": {"avx512": 2}}, "avx512_bf16", reaches_own=False) == [
+        "gemm_bf16: expected avx512_bf16's kernel, but avx512's ran"]
     assert wrong_kernels({"gemm_s8_tiles": {"avx512_bf16": 1}}, "avx2", reaches_own=False) == [
         "gemm_s8_tiles: the avx2 level runs no gemm_s8_tiles kernel, but avx512_bf16's ran"]
 

@@ -1,11 +1,14 @@
 // AMX: the avx512_bf16 level with its bf16, int8, fp8 and 4-bit GEMMs on tile
 // multiplies (tdpbf16ps, tdpbssd: 16 x 16 outputs over 64 bytes of K) once
-// there are rows of a enough to fill tiles; the rest is avx512_bf16's. A tile
+// there are rows of a enough to fill tiles; the rest is avx512_bf16's, but few
+// rows of bf16 and MXFP4, which take avx512's FMAs: Intel's cores, the only
+// ones with AMX, run vdpbf16ps zmm at 16 MACs a cycle, half their FMAs' rate
+// (measured on Emerald Rapids). A tile
 // multiply wants b as 4-byte groups of K interleaved across 16 columns, so each
 // 16-row block of b is transposed into a panel once per call, unless
 // convert_weight_packed stored it so (gemm_*_tiles), or unless b is the first
-// operand, as INT4's is, with a in the panels. A call handed to
-// avx512_bf16's kernel is counted there (core/kernel_use.h).
+// operand, as INT4's is, with a in the panels. A call handed to a lower
+// level's kernel is counted there (core/kernel_use.h).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
@@ -258,7 +261,7 @@ struct StoreScaledS32 {
 void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
                int64_t ldb, float* c, int64_t ldc) {
   if (m < kMinRows || k % (kTileBytes / 2) != 0) {
-    avx512_bf16::kernels().gemm_bf16(m, n, k, a, lda, b, ldb, c, ldc);
+    avx512::kernels().gemm_bf16(m, n, k, a, lda, b, ldb, c, ldc);
     return;
   }
   MOE_KERNEL_USE(kGemmBF16);
@@ -706,7 +709,7 @@ struct StoreTransposed {
 void gemm_bf16_mxfp4(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b, int64_t ldb,
                      const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc) {
   if (m < kMinRows) {
-    avx512_bf16::kernels().gemm_bf16_mxfp4(m, n, k, a, lda, b, ldb, scale, scale_ld, c, ldc);
+    avx512::gemm_bf16_mxfp4(m, n, k, a, lda, b, ldb, scale, scale_ld, c, ldc);
     return;
   }
   MOE_KERNEL_USE(kGemmBF16Mxfp4);

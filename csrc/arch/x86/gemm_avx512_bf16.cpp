@@ -1,10 +1,10 @@
-// AVX-512 BF16: the avx512 level with GEMMs on the tile layout (bf16 lines,
-// and fp8 widened into them; int8 on vpdpbusd), the fused fp8 GEMM, and its
+// AVX-512 BF16: the avx512 level with its bf16 GEMM on vdpbf16ps, which
+// multiplies pairs of adjacent K values - a dot product's own order, and its
 // own fp8 widening (byte-table lookups into bf16, AVX-512 VBMI; scales in
-// fp32). The rest is avx512's, bf16 rows included. vdpbf16ps multiplies pairs
-// of adjacent K values - a dot product's own order - but at half the FMAs'
-// MAC rate on Emerald Rapids (measured): it keeps the few-row kernels, and
-// FMAs take the lines from kLinesFmaRows rows of a.
+// fp32). The rest is avx512's. This is the top level of AMD's Zen 4 and 5
+// (Intel's cores with these instructions have AMX): Zen 4 issues a vdpbf16ps
+// zmm a cycle, 32 MACs against its FMAs' 16 (measured), where Intel's issue
+// one every 2 cycles, half their FMAs' rate (amx's few rows take the FMAs).
 #if defined(__GNUC__) && !defined(__clang__)
 // GCC PR 105593, as in gemm_avx512.cpp.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -25,6 +25,26 @@
 
 namespace moe_xarch {
 namespace {
+
+struct DpBF16 {
+  using T = uint16_t;
+  using A = __m512bh;
+  using B = __m512bh;
+  using Acc = __m512;
+  static constexpr int kStep = 32;
+  static MOE_X86_INLINE Acc zero() { return _mm512_setzero_ps(); }
+  static MOE_X86_INLINE A load_a(const T* p) { return reinterpret_cast<A>(_mm512_loadu_si512(p)); }
+  static MOE_X86_INLINE A load_a_tail(const T* p, int rem) {
+    return reinterpret_cast<A>(_mm512_maskz_loadu_epi16(static_cast<__mmask32>((1ull << rem) - 1), p));
+  }
+  static MOE_X86_INLINE B load_b(const T* p) { return load_a(p); }
+  static MOE_X86_INLINE B load_b_tail(const T* p, int rem) { return load_a_tail(p, rem); }
+  static MOE_X86_INLINE void madd(Acc& acc, A a, B b) { acc = _mm512_dpbf16_ps(acc, a, b); }
+  template <int NR>
+  static MOE_X86_INLINE void store(const Acc (&acc)[NR], float* c, int nb, bool add) {
+    x86::store_sums_avx512<NR>(acc, c, nb, add);
+  }
+};
 
 // The fused fp8 GEMM's tiles: each block of K accumulates on its own and is
 // added into the totals times its rows' scales (2 x MR x NR fp32 registers, so
@@ -111,6 +131,12 @@ void gemm_bf16_fp8(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t l
   x86::gemm_tiled(t, m, n, k);
 }
 
+void gemm_bf16(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
+               int64_t ldb, float* c, int64_t ldc) {
+  MOE_KERNEL_USE(kGemmBF16);
+  x86::gemm_float<DpBF16, 4, 4, 8>(m, n, k, a, lda, b, ldb, c, ldc);
+}
+
 // The weights come from memory once: a prefetch this far ahead keeps more of
 // them coming than the hardware prefetcher alone.
 constexpr int64_t kWidenAhead = 1024;
@@ -139,51 +165,20 @@ MOE_X86_INLINE int32_t load_group(const uint8_t* p) {
   return group;
 }
 
-// An Op of the line kernels: broadcast(p) a row's group of a (an A),
-// load_b(p) a line (a B), madd(acc, a, b) adds the group's products lane by
-// lane, finish(...) turns a row's 16 sums into c.
-//
-// The bf16 Ops' fp32 sums, stored as they are.
-struct LinesF32Sums {
+// An Op of the line kernels: broadcast(p) a row's group of a, madd(acc, a, b)
+// adds the group's products lane by lane, finish(...) turns a row's 16 sums
+// into c.
+struct LinesBF16 {
   using Acc = __m512;
   float* c;
   int64_t ldc;
   static MOE_X86_INLINE Acc zero() { return _mm512_setzero_ps(); }
-  static MOE_X86_INLINE Acc add(Acc x, Acc y) { return _mm512_add_ps(x, y); }
-  MOE_X86_INLINE void finish(int64_t i, int64_t j, Acc acc) const { _mm512_storeu_ps(c + i * ldc + j, acc); }
-};
-
-struct LinesDpBF16 : LinesF32Sums {
-  using A = __m512i;
-  using B = __m512i;
-  static MOE_X86_INLINE A broadcast(const uint8_t* p) { return _mm512_set1_epi32(load_group(p)); }
-  static MOE_X86_INLINE B load_b(const uint8_t* p) { return _mm512_loadu_si512(p); }
-  static MOE_X86_INLINE Acc madd(Acc acc, A a, B b) {
+  static MOE_X86_INLINE __m512i broadcast(const uint8_t* p) { return _mm512_set1_epi32(load_group(p)); }
+  static MOE_X86_INLINE Acc madd(Acc acc, __m512i a, __m512i b) {
     return _mm512_dpbf16_ps(acc, reinterpret_cast<__m512bh>(a), reinterpret_cast<__m512bh>(b));
   }
-};
-
-// From this many rows of a, bf16 lines multiply on FMAs: each value of a pair
-// widens to fp32 by its bits alone, and two FMAs (32 MACs a cycle here) beat
-// one vdpbf16ps (16) once a line's widening serves a tile of rows. Below it,
-// vdpbf16ps: one row on FMAs measured 6-9% slower.
-constexpr int64_t kLinesFmaRows = 4;
-
-struct LinesBF16 : LinesF32Sums {
-  struct Pair {  // a group's two values of K (bf16 words 2 l and 2 l + 1), as fp32
-    __m512 even, odd;
-  };
-  using A = Pair;
-  using B = Pair;
-  static MOE_X86_INLINE Pair split(__m512i x) {
-    return {_mm512_castsi512_ps(_mm512_slli_epi32(x, 16)),
-            _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xffff0000u))))};
-  }
-  static MOE_X86_INLINE A broadcast(const uint8_t* p) { return split(_mm512_set1_epi32(load_group(p))); }
-  static MOE_X86_INLINE B load_b(const uint8_t* p) { return split(_mm512_loadu_si512(p)); }
-  static MOE_X86_INLINE Acc madd(Acc acc, A a, B b) {
-    return _mm512_fmadd_ps(a.odd, b.odd, _mm512_fmadd_ps(a.even, b.even, acc));
-  }
+  static MOE_X86_INLINE Acc add(Acc x, Acc y) { return _mm512_add_ps(x, y); }
+  MOE_X86_INLINE void finish(int64_t i, int64_t j, Acc acc) const { _mm512_storeu_ps(c + i * ldc + j, acc); }
 };
 
 // vpdpbusd multiplies unsigned by signed: a + 128 (each byte's sign bit
@@ -194,8 +189,6 @@ struct LinesU8S8 {
   // Not __m512i: GCC 12 then copies the accumulators of a tile of several
   // rows around every vpdpbusd, and spills some (as avx512's S8).
   using Acc = __v16si;
-  using A = __m512i;
-  using B = __m512i;
   const float* a_scale;
   const float* b_scale;
   const int32_t* b_sum;
@@ -206,7 +199,6 @@ struct LinesU8S8 {
     return _mm512_xor_si512(_mm512_broadcastd_epi32(_mm_loadu_si32(p)),
                             _mm512_set1_epi32(static_cast<int32_t>(0x80808080u)));
   }
-  static MOE_X86_INLINE B load_b(const uint8_t* p) { return _mm512_loadu_si512(p); }
   static MOE_X86_INLINE Acc madd(Acc acc, __m512i a, __m512i b) {
     return reinterpret_cast<Acc>(_mm512_dpbusd_epi32(reinterpret_cast<__m512i>(acc), a, b));
   }
@@ -240,10 +232,10 @@ MOE_X86_INLINE void line_tile(const Op& op, int64_t i, int64_t j, int64_t k_byte
     for (int g = 0; g < kLineBytes / 4; ++g) {
       const int64_t x = x0 + 4 * g;
       const int h = g % kChains;
-      typename Op::A va[MR];
+      __m512i va[MR];
       for (int r = 0; r < MR; ++r) va[r] = Op::broadcast(rows[r] + x);
       for (int q = 0; q < NB; ++q) {
-        const typename Op::B vb = Op::load_b(blocks[q] + x * kBlockCols);
+        const __m512i vb = _mm512_loadu_si512(blocks[q] + x * kBlockCols);
         for (int r = 0; r < MR; ++r) acc[h][r][q] = Op::madd(acc[h][r][q], va[r], vb);
       }
     }
@@ -297,13 +289,8 @@ void line_gemm(const Op& op, int64_t m, int64_t n, int64_t k_bytes, const uint8_
 void gemm_bf16_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint16_t* b,
                      int64_t, float* c, int64_t ldc) {
   MOE_KERNEL_USE(kGemmBF16Tiles);
-  const auto* a_bytes = reinterpret_cast<const uint8_t*>(a);
-  const auto* b_bytes = reinterpret_cast<const uint8_t*>(b);
-  if (m < kLinesFmaRows) {
-    line_gemm(LinesDpBF16{{c, ldc}}, m, n, 2 * k, a_bytes, 2 * lda, b_bytes);
-  } else {
-    line_gemm(LinesBF16{{c, ldc}}, m, n, 2 * k, a_bytes, 2 * lda, b_bytes);
-  }
+  line_gemm(LinesBF16{c, ldc}, m, n, 2 * k, reinterpret_cast<const uint8_t*>(a), 2 * lda,
+            reinterpret_cast<const uint8_t*>(b));
 }
 
 void gemm_s8_tiles(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
@@ -446,7 +433,7 @@ void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
       for (int64_t q = 0; q < cols; q += kBlockCols) {
         x86::widen_fp8_lines(e4m3_to_bf16, b + (j + q) * ldb + p0 * kBlockCols, len, panel + q * 2 * panel_k);
       }
-      line_gemm(LinesBF16Scaled{{{c + j, ldc}}, scale, p0 == 0}, m, cols, 2 * panel_k,
+      line_gemm(LinesBF16Scaled{{c + j, ldc}, scale, p0 == 0}, m, cols, 2 * panel_k,
                 reinterpret_cast<const uint8_t*>(a + p0), 2 * lda, panel);
     }
   }
@@ -457,6 +444,7 @@ void gemm_bf16_fp8_tiles(int64_t m, int64_t n, int64_t k, const uint16_t* a, int
 const KernelSet& avx512_bf16::kernels() {
   static const KernelSet kernels = above(avx512::kernels(), [](KernelSet& set) {
     row_kernels::compiled_here(set);
+    set.gemm_bf16 = gemm_bf16;
     set.fp8_to_bf16 = fp8_to_bf16;
     set.gemm_bf16_fp8 = gemm_bf16_fp8;
     set.gemm_bf16_fp8_takes = gemm_bf16_fp8_takes;
@@ -464,6 +452,8 @@ const KernelSet& avx512_bf16::kernels() {
     set.gemm_bf16_tiles = gemm_bf16_tiles;
     set.gemm_s8_tiles = gemm_s8_tiles;
     set.gemm_bf16_fp8_tiles = gemm_bf16_fp8_tiles;
+    set.gemm_bf16_mxfp4 = gemm_bf16_mxfp4;
+    set.gemm_bf16_mxfp4_takes = gemm_bf16_mxfp4_takes;
   });
   return kernels;
 }

@@ -1,12 +1,8 @@
 // AVX-512 (F, BW, VL, DQ) MXFP4 kernels, also the avx512_bf16 and amx levels'
-// (but amx's fused GEMM of kMinRows rows and more, on its tiles). The fused
-// GEMM of few rows (mxfp4_tiles.h), FMA on fp32: a 64-byte step of b holds 16
-// dwords of 8 nibbles; part t is nibble t of every dword, shifted down and
-// looked up by vpermps (which reads the index's low 4 bits only), so lane d of
-// part t holds value 8 d + t - in block d / 4, whose scale applies to the
-// lane's sum. Not on vdpbf16ps where there is one: on Emerald Rapids
-// (measured) it issues at half the FMAs' MAC rate, and the shifts and
-// permutes its lookup saves do not make that up.
+// but for avx512_bf16's fused GEMM (amx's few rows take this one). That GEMM (mxfp4_tiles.h), FMA on fp32: a 64-byte
+// step of b holds 16 dwords of 8 nibbles; part t is nibble t of every dword,
+// shifted down and looked up by vpermps (which reads the index's low 4 bits
+// only), so lane d of part t holds value 8 d + t - in block d / 4.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
@@ -33,47 +29,13 @@ MOE_X86_INLINE void mxfp4_row(int64_t cols, const uint8_t* src, const uint8_t* s
 // Words 8 d of two vectors, in lanes d < 8 and again in lanes [8, 16).
 alignas(64) constexpr uint16_t kEvery8th[32] = {0, 8, 16, 24, 32, 40, 48, 56, 0, 8, 16, 24, 32, 40, 48, 56};
 
-struct FmaMxfp4 {
+struct FmaMxfp4 : x86::Mxfp4StepAvx512 {
   using A = float;
   using Vec = __m512;
-  using Acc = __m512;
-  static constexpr int64_t kStep = 128;  // values of K: one 64-byte load of b, its 128-bit lanes 4 blocks
   static constexpr int kParts = 8;
   static constexpr int kSums = 1;
   static constexpr int kNR = 2;
   static constexpr int kNR1 = 4;
-
-  // The step's first `bytes` (a multiple of 16) bytes of b; zeros, value 0, past them.
-  static MOE_X86_INLINE __m512i load(const uint8_t* b, int64_t bytes) {
-    return bytes == 64 ? _mm512_loadu_si512(b) : _mm512_maskz_loadu_epi8((__mmask64{1} << bytes) - 1, b);
-  }
-
-  static MOE_X86_INLINE Acc zero() { return _mm512_setzero_ps(); }
-
-  // The step's `values` (a multiple of 32) bf16 values of a row of a, in four
-  // vectors; zeros past them.
-  static MOE_X86_INLINE void load_a(const uint16_t* a, int64_t values, __m512i (&x)[4]) {
-    for (int j = 0; j < 4; ++j) x[j] = 32 * j < values ? _mm512_loadu_si512(a + 32 * j) : _mm512_setzero_si512();
-  }
-
-  // 2^(s - 127) for the blocks' scales s, by lane: s in the fp32 exponent
-  // field, exactly, for s >= 1; s = 0's 2^-127 is the subnormal 0x00400000,
-  // which an unsigned max with it gives, every normal's bits being larger.
-  // Blocks past the row's end read as s = 0.
-  static MOE_X86_INLINE Acc scales(const uint8_t* s, int64_t blocks) {
-    const __m128i bytes = _mm_maskz_loadu_epi8(static_cast<__mmask16>((1u << blocks) - 1), s);
-    const __m128i spread = _mm_shuffle_epi8(bytes, _mm_setr_epi8(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3));
-    const __m512i exponent = _mm512_slli_epi32(_mm512_cvtepu8_epi32(spread), 23);
-    return _mm512_castsi512_ps(_mm512_max_epu32(exponent, _mm512_set1_epi32(0x00400000)));
-  }
-
-  static MOE_X86_INLINE Acc scaled(Acc acc, Acc s, Acc total) { return _mm512_fmadd_ps(acc, s, total); }
-
-  // Once per tile row: a plain reduction is as fast as any here.
-  template <int NR>
-  static MOE_X86_INLINE void store(const Acc (&total)[NR], float* c, int nb) {
-    for (int q = 0; q < nb; ++q) c[q] = _mm512_reduce_add_ps(total[q]);
-  }
 
   // Part t's values of a, 8 d + t: the first 8 from the step's first 64
   // values, the next 8 from the others, widened to fp32 (exact).

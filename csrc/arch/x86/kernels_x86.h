@@ -21,7 +21,7 @@ bool gemm_bf16_mxfp4_takes(int64_t m);
 }  // namespace avx2
 
 // avx512: its 4-bit kernels (gemm_int4_avx512.cpp, gemm_mxfp4_avx512.cpp),
-// amx's INT4 GEMM for few rows.
+// amx's INT4 and MXFP4 GEMMs for few rows.
 namespace avx512 {
 void gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t lda, const float* a_scale,
                const uint8_t* b, int64_t ldb, const Int4Groups& groups, float* c, int64_t ldc);
@@ -31,5 +31,12 @@ void gemm_bf16_mxfp4(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t
                      int64_t ldb, const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc);
 bool gemm_bf16_mxfp4_takes(int64_t m);
 }  // namespace avx512
+
+// avx512_bf16: its fused MXFP4 GEMM (gemm_mxfp4_avx512_bf16.cpp).
+namespace avx512_bf16 {
+void gemm_bf16_mxfp4(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint8_t* b,
+                     int64_t ldb, const uint8_t* scale, int64_t scale_ld, float* c, int64_t ldc);
+bool gemm_bf16_mxfp4_takes(int64_t m);
+}  // namespace avx512_bf16
 
 }  // namespace moe_xarch
