@@ -39,8 +39,8 @@ struct DpBF16Mxfp4 : x86::Mxfp4StepAvx512 {
   using Vec = __m512bh;
   static constexpr int kParts = 4;
   static constexpr int kSums = 1;
-  static constexpr int kNR = 2;
-  static constexpr int kNR1 = 4;
+  static constexpr int kNR = 4;
+  static constexpr int kNR1 = 8;
 
   // Part t's values of a, 4 i + t: the first 16 from the step's first 64
   // values, the next 16 from the others.
