@@ -1,14 +1,14 @@
 // AMX: the avx512_bf16 level with its bf16, int8, fp8 and 4-bit GEMMs on tile
 // multiplies (tdpbf16ps, tdpbssd: 16 x 16 outputs over 64 bytes of K) once
-// there are rows of a enough to fill tiles; the rest is avx512_bf16's, but few
-// rows of bf16 and MXFP4, which take avx512's FMAs: Intel's cores, the only
-// ones with AMX, run vdpbf16ps zmm at 16 MACs a cycle, half their FMAs' rate
-// (measured on Emerald Rapids). A tile
-// multiply wants b as 4-byte groups of K interleaved across 16 columns, so each
-// 16-row block of b is transposed into a panel once per call, unless
-// convert_weight_packed stored it so (gemm_*_tiles), or unless b is the first
-// operand, as INT4's is, with a in the panels. A call handed to a lower
-// level's kernel is counted there (core/kernel_use.h).
+// there are rows of a enough to fill tiles; the rest is avx512_bf16's, but for
+// few rows of bf16 and MXFP4, which take avx512's FMAs: Intel's cores, the
+// only ones with AMX, run vdpbf16ps zmm at 16 MACs a cycle, half their FMAs'
+// rate (measured on Emerald Rapids). A tile multiply wants b as 4-byte groups
+// of K interleaved across 16 columns, so each 16-row block of b is transposed
+// into a panel once per call, unless convert_weight_packed stored it so
+// (gemm_*_tiles), or unless b is the first operand, as INT4's is, with a in
+// the panels. A call handed to a lower level's kernel is counted there
+// (core/kernel_use.h).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif

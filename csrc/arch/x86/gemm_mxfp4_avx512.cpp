@@ -1,8 +1,9 @@
 // AVX-512 (F, BW, VL, DQ) MXFP4 kernels, also the avx512_bf16 and amx levels'
-// but for avx512_bf16's fused GEMM (amx's few rows take this one). That GEMM (mxfp4_tiles.h), FMA on fp32: a 64-byte
-// step of b holds 16 dwords of 8 nibbles; part t is nibble t of every dword,
-// shifted down and looked up by vpermps (which reads the index's low 4 bits
-// only), so lane d of part t holds value 8 d + t - in block d / 4.
+// but for avx512_bf16's fused GEMM (amx's few rows take this one). That GEMM
+// (mxfp4_tiles.h), FMA on fp32: a 64-byte step of b holds 16 dwords of 8
+// nibbles; part t is nibble t of every dword, shifted down and looked up by
+// vpermps (which reads the index's low 4 bits only), so lane d of part t holds
+// value 8 d + t - in block d / 4.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif

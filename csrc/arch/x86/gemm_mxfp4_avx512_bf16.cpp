@@ -1,11 +1,11 @@
 // AVX-512 BF16: the fused MXFP4 GEMM on vdpbf16ps (mxfp4_tiles.h). Every
 // E2M1 value is exact in bf16: a 64-byte step of b holds 32 words of 4
-// nibbles each; part t of the step is nibble t of every word,
-// shifted down and looked up as bf16 by vpermw, which reads the index's low
-// 5 bits - the nibble and the next one's lowest bit, so the table holds the
-// 16 values twice. Word i of part t holds value 4 i + t, and the pairs that
-// vdpbf16ps adds into fp32 lane l (words 2 l and 2 l + 1) lie in block l / 4.
-// The block scales apply to the fp32 lane sums (mxfp4_avx512.h).
+// nibbles each; part t of the step is nibble t of every word, shifted down and
+// looked up as bf16 by vpermw, which reads the index's low 5 bits - the nibble
+// and the next one's lowest bit, so the table holds the 16 values twice. Word
+// i of part t holds value 4 i + t, and the pairs that vdpbf16ps adds into fp32
+// lane l (words 2 l and 2 l + 1) lie in block l / 4. The block scales apply to
+// the fp32 lane sums (mxfp4_avx512.h).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
