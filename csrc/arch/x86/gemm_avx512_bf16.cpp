@@ -1,6 +1,8 @@
-// AVX-512 BF16: the avx512 level with its bf16 GEMM on vdpbf16ps, which
-// multiplies pairs of adjacent K values - a dot product's own order, and its
-// own fp8 widening (byte-table lookups into bf16, AVX-512 VBMI; scales in
+// AVX-512 BF16: the avx512 level with its bf16 GEMMs on vdpbf16ps, which
+// multiplies pairs of adjacent K values - a dot product's own order: bf16 rows,
+// and the tile layout's bf16 and fp8 lines (int8 lines on vpdpbusd); the fused
+// fp8 GEMM; the fused MXFP4 GEMM of few rows (gemm_mxfp4_avx512_bf16.cpp); and
+// its own fp8 widening (byte-table lookups into bf16, AVX-512 VBMI; scales in
 // fp32). The rest is avx512's. This is the top level of AMD's Zen 4 and 5
 // (Intel's cores with these instructions have AMX): Zen 4 issues a vdpbf16ps
 // zmm a cycle, 32 MACs against its FMAs' 16 (measured), where Intel's issue
