@@ -106,7 +106,8 @@ struct W4A8Tiles : x86::W4A8TileArgs<kStepValues> {
           step_groups = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ops.chunk_group + p / kChunk));
         }
         for (int q = 0; q < NR; ++q) {
-          if constexpr (MR == 1) __builtin_prefetch(col.b[q] + ahead + p / 2, 0, 3);
+          // Into L2, as the fused MXFP4 GEMM's: into L1 was 0.84-0.95x on Zen 4.
+          if constexpr (MR == 1) __builtin_prefetch(col.b[q] + ahead + p / 2, 0, 2);
           const __m512i packed = _mm512_maskz_loadu_epi8(lanes, col.b[q] + p / 2);
           const __m512i lo = _mm512_and_si512(packed, low4);
           const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
