@@ -438,7 +438,8 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
     const x86::W4A8Columns<NR> col(b, ldb, groups, cols);
     // The first tile on these rows of b prefetches the rows that come next,
     // one-row tiles or not: with fewer rows than kW4A8PanelRows, its pass
-    // streams them from memory too. Later tiles find them in cache.
+    // streams them from memory too. Later tiles find them in cache. Into L2,
+    // as avx512's: into L1 was 0.71-0.94x on Zen 4.
     const int64_t ahead = cols.ahead * ldb;
     if (first) col.prefetch_groups(cols.ahead, groups.ld);
     const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
@@ -463,7 +464,7 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
           odd[r] = _mm256_load_si256(reinterpret_cast<const __m256i*>(a_row[r] + p + 32));
         }
         for (int q = 0; q < NR; ++q) {
-          if (first) __builtin_prefetch(col.b[q] + ahead + p / 2, 0, 3);
+          if (first) __builtin_prefetch(col.b[q] + ahead + p / 2, 0, 2);
           const __m256i packed =
               !tail ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col.b[q] + p / 2))
                     : _mm256_inserti128_si256(_mm256_setzero_si256(),
