@@ -98,7 +98,8 @@ MOE_X86_INLINE void dot_tile(int64_t k, const TileRows<typename Op::T, MR, NR>& 
   int64_t p = 0;
   for (; p + Op::kStep <= k; p += Op::kStep) {
     if constexpr (MR == 1) {
-      for (int c = 0; c < NR; ++c) __builtin_prefetch(rows.b[c] + rows.ahead + p, 0, 3);
+      // Into L2: into L1 was 0.59-0.95x on Zen 4 (bf16 and int8 decode at avx2 and avx512).
+      for (int c = 0; c < NR; ++c) __builtin_prefetch(rows.b[c] + rows.ahead + p, 0, 2);
     }
     dot_step<Op, MR, NR, kSumB, false>(rows.a, rows.b, p, 0, acc, bsum);
   }
