@@ -68,92 +68,90 @@ void w4a8_prepare_row(const int8_t* row, int64_t k, int8_t* dst, int32_t* chunk_
   }
 }
 
+// Decode's tiles read their rows of b one after another, adjacent rows: one
+// stream, prefetched this many bytes ahead into L2 (with the hardware
+// prefetcher alone, or 1 or 2 KiB ahead, Zen 4 waited on memory).
+constexpr int64_t kStreamAhead = 6 * 1024;
+
+// The register kernel: one row of a (the panels take more), 1 x kNR1 tiles.
 struct W4A8Tiles : x86::W4A8TileArgs<kStepValues> {
-  static constexpr int kMR = 4;
-  static constexpr int kNR = 4;
-  static constexpr int kNR1 = 4;  // decode's streams of b: 8 left Zen 4 waiting on memory
+  static constexpr int kNR1 = 4;
+  static constexpr bool kRowsInOrder = true;
 
   template <int MR, int NR>
   MOE_X86_INLINE void tile(int64_t i, const x86::TileCols& cols, int64_t /*p0*/, int64_t k, bool first) {
+    static_assert(MR == 1, "more rows of a go to the panels");
     x86::w4a8_tile<MR, NR>(*this, i, cols, k, first);
   }
 
+  // Row i of a times one row of b over all of K, lane-wise.
   // kOneGroup: K in spans of one group, whose scale is one value; otherwise
   // one span, each lane's scale its chunk's group's: the step's 4 chunks lie
   // in at most 4 groups from the first one's, whose scales one load and one
   // permute put in the lanes (a gather of 4 took longer on Zen 4).
-  template <int MR, int NR, bool kOneGroup>
-  MOE_X86_INLINE void run(int64_t i, const x86::TileCols& cols, int64_t k, bool /*first*/) {
-    const x86::W4A8Columns<NR> col(b, ldb, groups, cols);
-    const int64_t ahead = cols.ahead * ldb;
-    if constexpr (MR == 1) col.prefetch_groups(cols.ahead, groups.ld);
+  template <bool kOneGroup>
+  MOE_X86_INLINE __m512 row_dot(int64_t i, const uint8_t* row, const float* scale, int64_t k) const {
     const __m512i chunk_of_lane = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
-    __m512 acc[MR][NR];
-    for (int r = 0; r < MR; ++r) {
-      for (int q = 0; q < NR; ++q) acc[r][q] = _mm512_setzero_ps();
-    }
+    const int8_t* a = ops.a + i * ops.lda;
+    __m512 sum = _mm512_setzero_ps();
     const int64_t span = kOneGroup ? groups.group : k;
     for (int64_t p0 = 0, g = 0; p0 < k; p0 += span, ++g) {
       const int64_t p1 = k - p0 < span ? k : p0 + span;
-      for (int64_t p = p0; p < p1; p += kStepValues) {
-        const __mmask64 lanes = first_bytes((p1 - p) / 2);
-        __m512i even[MR], odd[MR];
-        for (int r = 0; r < MR; ++r) {
-          even[r] = _mm512_load_si512(ops.a + (i + r) * ops.lda + p);
-          odd[r] = _mm512_load_si512(ops.a + (i + r) * ops.lda + p + 64);
-        }
-        int64_t first_group = 0;
-        __mmask16 reached = 0;
-        __m512i lane_group;
-        if constexpr (!kOneGroup) {
+      // The step at p, reading the lanes' bytes of b (the last step may hold fewer).
+      const auto step = [&](int64_t p, __mmask64 lanes) __attribute__((always_inline)) {
+        // Into L2, as the fused MXFP4 GEMM's: into L1 was 0.84-0.95x on Zen 4.
+        __builtin_prefetch(row + p / 2 + kStreamAhead, 0, 2);
+        const __m512i packed = _mm512_maskz_loadu_epi8(lanes, row + p / 2);
+        const __m512i lo = _mm512_and_si512(packed, low4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
+        __m512 step_scale;
+        if constexpr (kOneGroup) {
+          step_scale = _mm512_set1_ps(scale[g]);
+        } else {
           const __m128i step_groups = _mm_loadu_si128(reinterpret_cast<const __m128i*>(ops.chunk_group + p / kChunk));
-          first_group = _mm_cvtsi128_si32(step_groups);
-          reached = groups.ld - first_group >= 4 ? 0xf : static_cast<__mmask16>((1u << (groups.ld - first_group)) - 1);
-          lane_group = _mm512_permutexvar_epi32(
+          const int64_t first = _mm_cvtsi128_si32(step_groups);
+          const auto reached =
+              groups.ld - first >= 4 ? __mmask16{0xf} : static_cast<__mmask16>((1u << (groups.ld - first)) - 1);
+          const __m512i lane_group = _mm512_permutexvar_epi32(
               chunk_of_lane,
-              _mm512_zextsi128_si512(_mm_sub_epi32(step_groups, _mm_set1_epi32(static_cast<int32_t>(first_group)))));
+              _mm512_zextsi128_si512(_mm_sub_epi32(step_groups, _mm_set1_epi32(static_cast<int32_t>(first)))));
+          step_scale = _mm512_permutexvar_ps(lane_group, _mm512_maskz_loadu_ps(reached, scale + first));
         }
-        for (int q = 0; q < NR; ++q) {
-          // Into L2, as the fused MXFP4 GEMM's: into L1 was 0.84-0.95x on Zen 4.
-          if constexpr (MR == 1) __builtin_prefetch(col.b[q] + ahead + p / 2, 0, 2);
-          const __m512i packed = _mm512_maskz_loadu_epi8(lanes, col.b[q] + p / 2);
-          const __m512i lo = _mm512_and_si512(packed, low4);
-          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
-          __m512 scale;
-          if constexpr (kOneGroup) {
-            scale = _mm512_set1_ps(col.scale[q][g]);
-          } else {
-            scale = _mm512_permutexvar_ps(lane_group, _mm512_maskz_loadu_ps(reached, col.scale[q] + first_group));
-          }
-          for (int r = 0; r < MR; ++r) {
-            __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, even[r]);
-            dot = _mm512_dpbusd_epi32(dot, hi, odd[r]);
-            acc[r][q] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r][q]);
-          }
-        }
-      }
+        __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_load_si512(a + p));
+        dot = _mm512_dpbusd_epi32(dot, hi, _mm512_load_si512(a + p + 64));
+        sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), step_scale, sum);
+      };
+      int64_t p = p0;
+      for (; p + kStepValues <= p1; p += kStepValues) step(p, ~__mmask64{0});
+      if (p < p1) step(p, first_bytes((p1 - p) / 2));
     }
+    return sum;
+  }
+
+  template <int MR, int NR, bool kOneGroup>
+  MOE_X86_INLINE void run(int64_t i, const x86::TileCols& cols, int64_t k, bool /*first*/) {
+    const x86::W4A8Columns<NR> col(b, ldb, groups, cols);
+    col.prefetch_groups(cols.ahead, groups.ld);
+    __m512 acc[NR];
+    for (int q = 0; q < NR; ++q) acc[q] = row_dot<kOneGroup>(i, col.b[q], col.scale[q], k);
     // The zero points' part, lane-wise by group: the lanes are summed below anyway.
     const int64_t group_count = k / groups.group;
     for (int64_t g = 0; g < group_count; g += 16) {
       const __mmask16 in = group_count - g >= 16 ? __mmask16{0xffff} : static_cast<__mmask16>((1u << (group_count - g)) - 1);
-      __m512 sums[MR];
-      for (int r = 0; r < MR; ++r) sums[r] = _mm512_load_ps(ops.group_sums + (i + r) * ops.sums_ld + g);
+      const __m512 sums = _mm512_load_ps(ops.group_sums + i * ops.sums_ld + g);
       for (int q = 0; q < NR; ++q) {
         const __m512 zero = col.zero[q] == nullptr
                                 ? _mm512_set1_ps(static_cast<float>(x86::kW4A8DefaultZero))
                                 : _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(in, col.zero[q] + g)));
         const __m512 zero_scale = _mm512_mul_ps(_mm512_maskz_loadu_ps(in, col.scale[q] + g), zero);
-        for (int r = 0; r < MR; ++r) acc[r][q] = _mm512_fnmadd_ps(zero_scale, sums[r], acc[r][q]);
+        acc[q] = _mm512_fnmadd_ps(zero_scale, sums, acc[q]);
       }
     }
-    for (int r = 0; r < MR; ++r) {
-      __m512 out[NR];
-      for (int q = 0; q < NR; ++q) out[q] = _mm512_mul_ps(acc[r][q], _mm512_set1_ps(a_scale[i + r]));
-      x86::store_cols<NR>(c + (i + r) * ldc + cols.j, cols, false,
-                          [&](float* dst, bool) { x86::store_sums_avx512<NR>(out, dst, cols.nb, false); });
-    }
+    __m512 out[NR];
+    for (int q = 0; q < NR; ++q) out[q] = _mm512_mul_ps(acc[q], _mm512_set1_ps(a_scale[i]));
+    x86::store_cols<NR>(c + i * ldc + cols.j, cols, false,
+                        [&](float* dst, bool) { x86::store_sums_avx512<NR>(out, dst, cols.nb, false); });
   }
 };
 
@@ -302,7 +300,7 @@ void avx512::gemm_w4a8(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t
   }
   const x86::W4A8Operands<kStepValues> ops(m, k, a, lda, groups.group, w4a8_prepare_row);
   W4A8Tiles t{{ops, a_scale, b, ldb, groups, c, ldc}};
-  x86::gemm_tiled(t, m, n, k);
+  x86::stream_rows(t, n, k, t.row_bytes());
 }
 
 }  // namespace moe_xarch

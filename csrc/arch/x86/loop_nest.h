@@ -128,14 +128,27 @@ MOE_X86_INLINE void tile_rows(Tiles& t, int rows, int64_t i, const TileCols& col
 // The hardware prefetcher follows one stream per 4 KiB page.
 constexpr int64_t kPageBytes = 4096;
 
+// Whether a Tiles' one-row tiles read their rows of b one after another
+// (Tiles::kRowsInOrder), each over all of K, rather than side by side.
+template <class Tiles>
+constexpr bool rows_in_order() {
+  if constexpr (requires { Tiles::kRowsInOrder; }) {
+    return Tiles::kRowsInOrder;
+  } else {
+    return false;
+  }
+}
+
 // m = 1: one pass over n rows of b, each row_bytes long, in 1 x NR1 tiles.
 // Rows shorter than a page would put several of a tile's streams in one page;
 // instead the rows of a tile are s apart, and the s tiles of a group carry
-// on from one another, so each stream runs through whole pages.
+// on from one another, so each stream runs through whole pages. Tiles that
+// read their rows in order take adjacent ones: one stream through all of b.
 template <class Tiles>
 void stream_rows(Tiles& t, int64_t n, int64_t k, int64_t row_bytes) {
   constexpr int NR1 = Tiles::kNR1;
-  const int64_t s = row_bytes >= kPageBytes ? 1 : (kPageBytes + row_bytes - 1) / row_bytes;
+  const int64_t s =
+      rows_in_order<Tiles>() || row_bytes >= kPageBytes ? 1 : (kPageBytes + row_bytes - 1) / row_bytes;
   int64_t j = 0;
   if (s > 1) {
     for (; j + NR1 * s <= n; j += NR1 * s) {
