@@ -68,12 +68,8 @@ void w4a8_prepare_row(const int8_t* row, int64_t k, int8_t* dst, int32_t* chunk_
   }
 }
 
-// Decode's tiles read their rows of b one after another, adjacent rows: one
-// stream, prefetched this many bytes ahead into L2 (with the hardware
-// prefetcher alone, or 1 or 2 KiB ahead, Zen 4 waited on memory).
-constexpr int64_t kStreamAhead = 6 * 1024;
-
-// The register kernel: one row of a (the panels take more), 1 x kNR1 tiles.
+// The register kernel: one row of a (the panels take more), 1 x kNR1 tiles
+// whose rows of b, adjacent, are read one after another: one stream.
 struct W4A8Tiles : x86::W4A8TileArgs<kStepValues> {
   static constexpr int kNR1 = 4;
   static constexpr bool kRowsInOrder = true;
@@ -101,7 +97,7 @@ struct W4A8Tiles : x86::W4A8TileArgs<kStepValues> {
       // The step at p, reading the lanes' bytes of b (the last step may hold fewer).
       const auto step = [&](int64_t p, __mmask64 lanes) __attribute__((always_inline)) {
         // Into L2, as the fused MXFP4 GEMM's: into L1 was 0.84-0.95x on Zen 4.
-        __builtin_prefetch(row + p / 2 + kStreamAhead, 0, 2);
+        __builtin_prefetch(row + p / 2 + x86::kStreamAhead, 0, 2);
         const __m512i packed = _mm512_maskz_loadu_epi8(lanes, row + p / 2);
         const __m512i lo = _mm512_and_si512(packed, low4);
         const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);

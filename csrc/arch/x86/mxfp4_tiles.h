@@ -38,6 +38,7 @@ struct Mxfp4Tiles {
   static constexpr int kNR = Op::kNR;
   static constexpr int kNR1 = Op::kNR1;
   static constexpr int64_t kKBlock = 0;  // the tiles walk all of K (their rows of a are few)
+  static constexpr bool kRowsInOrder = true;
   using T = uint8_t;
   using A = typename Op::A;
   static constexpr int64_t kLanes = Op::kStep / Op::kParts;
@@ -59,7 +60,7 @@ struct Mxfp4Tiles {
   MOE_X86_INLINE void step(const A* const (&pa)[MR], const uint8_t* const (&pb)[NR], const uint8_t* const (&ps)[NR],
                            int64_t p, int64_t values, int64_t ahead, typename Op::Acc (&total)[MR][NR]) const {
     for (int q = 0; q < NR; ++q) {
-      // The weights stream from memory once: the rows that come next, into
+      // The weights stream from memory once: the bytes that come next, into
       // L2 (the fused fp8 GEMM's reason).
       __builtin_prefetch(pb[q] + ahead + p / 2, 0, 2);
       typename Op::Vec v[Op::kParts];
@@ -76,6 +77,15 @@ struct Mxfp4Tiles {
     }
   }
 
+  // total += all of K: its whole steps, then the tail.
+  template <int MR, int NR>
+  MOE_X86_INLINE void steps(const A* const (&pa)[MR], const uint8_t* const (&pb)[NR], const uint8_t* const (&ps)[NR],
+                            int64_t k, int64_t ahead, typename Op::Acc (&total)[MR][NR]) const {
+    int64_t p = 0;
+    for (; p + Op::kStep <= k; p += Op::kStep) step<MR, NR>(pa, pb, ps, p, Op::kStep, ahead, total);
+    if (p < k) step<MR, NR>(pa, pb, ps, p, k - p, ahead, total);
+  }
+
   template <int MR, int NR>
   MOE_X86_INLINE void tile(int64_t i, const TileCols& cols, int64_t /*p0*/, int64_t k, bool /*first*/) {
     const A* pa[MR];
@@ -87,17 +97,23 @@ struct Mxfp4Tiles {
       pb[q] = b + j * ldb;
       ps[q] = scale + j * scale_ld;
     }
-    // coverage: unreachable on x86_64 unless avx512 or avx512_bf16 ran: at avx2 GCC folds it into the steps'
-    //   prefetch addresses and gcov counts no run of it, though the lines around it run; the AVX-512 levels'
-    //   tiles count it
-    const int64_t ahead = cols.ahead * ldb;
     typename Op::Acc total[MR][NR];
     for (int r = 0; r < MR; ++r) {
       for (int q = 0; q < NR; ++q) total[r][q] = Op::zero();
     }
-    int64_t p = 0;
-    for (; p + Op::kStep <= k; p += Op::kStep) step<MR, NR>(pa, pb, ps, p, Op::kStep, ahead, total);
-    if (p < k) step<MR, NR>(pa, pb, ps, p, k - p, ahead, total);
+    if constexpr (MR == 1) {
+      // Decode: the tile's rows of b, adjacent (kRowsInOrder), one after
+      // another, so that b is one stream.
+      for (int q = 0; q < NR; ++q) {
+        typename Op::Acc row_total[1][1] = {{Op::zero()}};
+        const uint8_t* const row_b[1] = {pb[q]};
+        const uint8_t* const row_scale[1] = {ps[q]};
+        steps<1, 1>(pa, row_b, row_scale, k, kStreamAhead, row_total);
+        total[0][q] = row_total[0][0];
+      }
+    } else {
+      steps<MR, NR>(pa, pb, ps, k, cols.ahead * ldb, total);
+    }
     // Reduced before store_cols, whose lambda would otherwise take the
     // totals' address and keep them in memory through the loop above.
     for (int r = 0; r < MR; ++r) {
