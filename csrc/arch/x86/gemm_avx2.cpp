@@ -425,30 +425,26 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
   static constexpr int kMR = 2;
   static constexpr int kNR = 4;
   static constexpr int kNR1 = 4;
+  static constexpr bool kRowsInOrder = true;
 
   template <int MR, int NR>
   MOE_X86_INLINE void tile(int64_t i, const x86::TileCols& cols, int64_t /*p0*/, int64_t k, bool first) {
     x86::w4a8_tile<MR, NR>(*this, i, cols, k, first);
   }
 
-  // As gemm_int4_avx512.cpp's, but a step's int16 pair sums add up over
-  // kInt16Steps steps before vpmaddwd widens them and their group's scale applies.
+  // acc += rows [i, i + MR) of a times col's rows of b, lane-wise: as
+  // gemm_int4_avx512.cpp's, but a step's int16 pair sums add up over
+  // kInt16Steps steps before vpmaddwd widens them and their group's scale
+  // applies. The first tile on these rows of b prefetches the bytes `ahead`
+  // of them, one-row tiles or not: with fewer rows than kW4A8PanelRows, its
+  // pass streams them from memory too. Later tiles find them in cache. Into
+  // L2, as avx512's: into L1 was 0.71-0.94x on Zen 4.
   template <int MR, int NR, bool kOneGroup>
-  MOE_X86_INLINE void run(int64_t i, const x86::TileCols& cols, int64_t k, bool first) {
-    const x86::W4A8Columns<NR> col(b, ldb, groups, cols);
-    // The first tile on these rows of b prefetches the rows that come next,
-    // one-row tiles or not: with fewer rows than kW4A8PanelRows, its pass
-    // streams them from memory too. Later tiles find them in cache. Into L2,
-    // as avx512's: into L1 was 0.71-0.94x on Zen 4.
-    const int64_t ahead = cols.ahead * ldb;
-    if (first) col.prefetch_groups(cols.ahead, groups.ld);
+  MOE_X86_INLINE void accumulate(int64_t i, const x86::W4A8Columns<NR>& col, int64_t k, int64_t ahead, bool first,
+                                 __m256 (&acc)[MR][NR]) const {
     const __m256i low4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
     const int8_t* a_row[MR];
     for (int r = 0; r < MR; ++r) a_row[r] = ops.a + (i + r) * ops.lda;
-    __m256 acc[MR][NR];
-    for (int r = 0; r < MR; ++r) {
-      for (int q = 0; q < NR; ++q) acc[r][q] = _mm256_setzero_ps();
-    }
     // acc += the int16 pair sums of `count` steps from p on (whole ones, or
     // a K tail of 32 values: its 16 bytes only), times scale(q), computed
     // there and not held: the tile's sums and totals take the registers.
@@ -528,6 +524,28 @@ struct W4A8Tiles : x86::W4A8TileArgs<kW4A8Step> {
         };
         steps(p, ConstSteps<1>{}, k - p < kStep, scale);
       }
+    }
+  }
+
+  template <int MR, int NR, bool kOneGroup>
+  MOE_X86_INLINE void run(int64_t i, const x86::TileCols& cols, int64_t k, bool first) {
+    const x86::W4A8Columns<NR> col(b, ldb, groups, cols);
+    if (first) col.prefetch_groups(cols.ahead, groups.ld);
+    __m256 acc[MR][NR];
+    for (int r = 0; r < MR; ++r) {
+      for (int q = 0; q < NR; ++q) acc[r][q] = _mm256_setzero_ps();
+    }
+    if constexpr (MR == 1) {
+      // Decode: the tile's rows of b, adjacent (kRowsInOrder), one after
+      // another, so that b is one stream.
+      for (int q = 0; q < NR; ++q) {
+        const x86::W4A8Columns<1> row(b, ldb, groups, cols.column(q));
+        __m256 row_acc[1][1] = {{_mm256_setzero_ps()}};
+        accumulate<1, 1, kOneGroup>(i, row, k, x86::kStreamAhead, first, row_acc);
+        acc[0][q] = row_acc[0][0];
+      }
+    } else {
+      accumulate<MR, NR, kOneGroup>(i, col, k, cols.ahead * ldb, first, acc);
     }
     // The zero points' part, lane-wise by group (the lanes are summed below
     // anyway), 8 groups a vector. Past the last group group_sums holds zeros

@@ -54,6 +54,9 @@ struct TileCols {
   int nb;
   int64_t stride;
   int64_t ahead;
+
+  // Column q alone (past nb, the last, as TileRows repeats it).
+  TileCols column(int q) const { return {j + (q < nb ? q : nb - 1) * stride, 1, stride, ahead}; }
 };
 
 // Row pointers of a tile; rows of b past the edge repeat the last one, so
