@@ -26,7 +26,7 @@ def test_the_build_setting_is_the_cmake_option_that_adds_coverage(repo_root, tmp
     assert settings == ["-C", "cmake.define.MOE_XARCH_COVERAGE=ON", "-C", f"build-dir={tmp_path}"]
     cmake = (repo_root / "CMakeLists.txt").read_text()
     assert "option(MOE_XARCH_COVERAGE" in cmake
-    assert "target_compile_options(_ops PRIVATE --coverage)" in cmake
+    assert "target_compile_options(_ops PRIVATE --coverage -fprofile-update=atomic)" in cmake
     assert "target_link_options(_ops PRIVATE --coverage)" in cmake
 
 
@@ -147,6 +147,7 @@ def test_each_run_reads_the_builds_notes_with_the_arch_gcov(tmp_path):
     argv = coverage.gcovr_command("gcovr", "aarch64-linux-gnu-gcov", gcda, tmp_path / "o.json", root=tmp_path)
     assert argv[argv.index("--gcov-executable") + 1] == "aarch64-linux-gnu-gcov"
     assert argv[-1] == str(gcda) and argv[argv.index("--json") + 1] == str(tmp_path / "o.json")
+    assert argv[argv.index("--gcov-suspicious-hits-threshold") + 1] == "0"
 
 
 LEVELS = {"x86_64": ["generic", "avx2", "avx512_bf16", "amx"], "aarch64": ["neon", "i8mm"]}
