@@ -55,8 +55,10 @@ struct TileCols {
   int64_t stride;
   int64_t ahead;
 
-  // Column q alone (past nb, the last, as TileRows repeats it).
-  TileCols column(int q) const { return {j + (q < nb ? q : nb - 1) * stride, 1, stride, ahead}; }
+  // The column of the tile's q-th (past nb, the last again: see TileRows),
+  // and that column alone.
+  int64_t at(int q) const { return j + (q < nb ? q : nb - 1) * stride; }
+  TileCols column(int q) const { return {at(q), 1, stride, ahead}; }
 };
 
 // Row pointers of a tile; rows of b past the edge repeat the last one, so
@@ -256,7 +258,7 @@ MOE_X86_INLINE void fp8_scaled_tile(const Tiles& t, int64_t i, const TileCols& c
   const float* ps[NR];
   for (int r = 0; r < MR; ++r) pa[r] = t.a + (i + r) * t.lda;
   for (int q = 0; q < NR; ++q) {
-    const int64_t j = cols.j + (q < cols.nb ? q : cols.nb - 1) * cols.stride;
+    const int64_t j = cols.at(q);
     pb[q] = t.b + j * t.ldb;
     ps[q] = sc.scale + (sc.row0 + j) / sc.block_n * sc.ld;
   }

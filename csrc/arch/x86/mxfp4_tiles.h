@@ -93,7 +93,7 @@ struct Mxfp4Tiles {
     const uint8_t* ps[NR];
     for (int r = 0; r < MR; ++r) pa[r] = a + (i + r) * lda;
     for (int q = 0; q < NR; ++q) {
-      const int64_t j = cols.j + (q < cols.nb ? q : cols.nb - 1) * cols.stride;
+      const int64_t j = cols.at(q);
       pb[q] = b + j * ldb;
       ps[q] = scale + j * scale_ld;
     }

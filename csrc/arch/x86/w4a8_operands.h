@@ -96,7 +96,7 @@ struct W4A8Columns {
   const uint8_t* zero[NR];
   W4A8Columns(const uint8_t* b0, int64_t ldb, const Int4Groups& groups, const TileCols& cols) {
     for (int q = 0; q < NR; ++q) {
-      const int64_t j = cols.j + (q < cols.nb ? q : cols.nb - 1) * cols.stride;
+      const int64_t j = cols.at(q);
       b[q] = b0 + j * ldb;
       scale[q] = groups.scale + j * groups.ld;
       zero[q] = groups.zero != nullptr ? groups.zero + j * groups.ld : nullptr;
