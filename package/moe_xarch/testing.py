@@ -1,4 +1,5 @@
-"""Test support for ``fused_experts_cpu``: the contract's tolerances and input builders.
+"""Test support for ``fused_experts_cpu``: the contract's tolerances and input builders, and
+where its packed weights lie in memory.
 
 The tolerances live here and nowhere else. ``make_moe_problem`` builds inputs for
 any method whose keyword arguments go unchanged to the wrapper
@@ -12,6 +13,7 @@ import dataclasses
 import functools
 import itertools
 import math
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +39,7 @@ __all__ = [
     "schema_args",
     "tolerance",
     "tolerance_key",
+    "vm_flags",
 ]
 
 # Max abs and rel error against the reference, from the op contract: of UNQUANT
@@ -298,3 +301,18 @@ def covering_array(factors: Mapping[str, Sequence[Any]], strength: int) -> list[
         {name: factors[name][int(candidates[row, f])] for f, name in enumerate(names)}
         for row in rows
     ]
+
+
+def vm_flags(address: int) -> set[str]:
+    """The VmFlags of this process's mapping that holds ``address`` (/proc/self/smaps): "hg" where it
+    is advised onto transparent huge pages. No flags where no mapping holds it (an emulator's smaps may be
+    its own, with the guest's memory elsewhere)."""
+    inside = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
+            if head:
+                inside = int(head[1], 16) <= address < int(head[2], 16)
+            elif inside and line.startswith("VmFlags:"):
+                return set(line.split()[1:])
+    return set()
