@@ -8,6 +8,7 @@ weights take in the method's dtype.
 from __future__ import annotations
 
 import math
+import mmap
 import time
 from collections.abc import Callable
 
@@ -61,7 +62,13 @@ class StreamPool:
     every call found many of them in the last level cache, where the active experts' came from memory."""
 
     def __init__(self, max_bytes: int) -> None:
-        self.buffer = torch.zeros(max(max_bytes // 4, 1024), dtype=torch.float32)
+        # On transparent huge pages where the system gives them, as convert_weight_packed's weights are:
+        # the read's TLB misses are then the weights' too.
+        self.region = mmap.mmap(-1, max(max_bytes // 4, 1024) * 4)
+        if hasattr(mmap, "MADV_HUGEPAGE"):
+            self.region.madvise(mmap.MADV_HUGEPAGE)
+        self.buffer = torch.frombuffer(self.region, dtype=torch.float32)
+        self.buffer.zero_()  # written: pages never written would all read the one zero page
         self.start = 0
 
     def window(self, nbytes: int) -> slice:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("moe_xarch")
+moe_xarch = pytest.importorskip("moe_xarch")
 
 from benchmarks import moe_bench, rooflines, sglang, workload  # noqa: E402
 
@@ -71,6 +71,19 @@ def test_memory_roofline_reads_follow_on_through_the_pool() -> None:
     assert pool.window(3000 * 4) == slice(0, 3000)
     assert pool.window(10**9) == slice(0, 4096)
     assert pool.window(1) == slice(0, 1)
+
+
+def test_memory_roofline_reads_pages_of_the_kind_packed_weights_lie_on() -> None:
+    """Both advised onto transparent huge pages, or neither: a read on 4 KiB pages would miss the TLB where
+    the weights do not."""
+    from moe_xarch.testing import vm_flags
+
+    huge_page = 2 << 20
+    pool = rooflines.StreamPool(8 * huge_page)
+    weight = torch.randn(2, 1024, 2048).to(torch.bfloat16)
+    packed = moe_xarch.convert_weight_packed(weight, moe_xarch.MoeCompMethod.UNQUANT)
+    inside = [-(-tensor.data_ptr() // huge_page) * huge_page for tensor in (pool.buffer, packed)]
+    assert ("hg" in vm_flags(inside[0])) == ("hg" in vm_flags(inside[1]))
 
 
 def test_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
