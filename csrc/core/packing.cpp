@@ -103,15 +103,20 @@ int64_t expert_nbytes(int64_t rows, int64_t cols, ScalarType dtype, const char* 
 // Packed weights are streamed start to end by every call, from memory once
 // they outgrow the last level cache: on 2 MiB pages a stream takes a TLB
 // entry per 2 MiB, not per 4 KiB. Advice for the whole pages inside
-// [data, data + bytes), given before they are first written; a kernel
-// without transparent huge pages ignores it, and so do we.
+// [data, data + bytes), given before they are first written. The allocator
+// may hand back memory it had mapped before, 4 KiB at a time: those pages
+// are dropped (the tensor is new, nothing in it to keep) and come back huge
+// on the first write. A kernel without transparent huge pages ignores the
+// advice, and so do we.
 void advise_huge_pages(void* data, int64_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
   const auto start = reinterpret_cast<uintptr_t>(data);
   const uintptr_t begin = (start + kHugePage - 1) & ~(kHugePage - 1);
   const uintptr_t end = (start + static_cast<uintptr_t>(bytes)) & ~(kHugePage - 1);
-  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  if (end > begin && madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE) == 0) {
+    madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
+  }
 #endif
 }
 
