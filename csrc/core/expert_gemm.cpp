@@ -172,8 +172,7 @@ bool ExpertGemm::values_valid(int64_t expert, int64_t r0, int64_t r1) const {
   uint8_t largest = 0;
   for (int64_t i = begin; i < end; ++i) largest = std::max(largest, values[i]);
   // The expert's next rows' values, which the next tile checks, on their way
-  // while this tile's GEMM runs: read cold, this scan waited on memory (10%
-  // of MXFP4 decode on Zen 4, once the weights were on huge pages).
+  // while this tile's GEMM runs: read cold, this scan waited on memory.
   constexpr int64_t kLine = 64;
   const int64_t ahead = std::min(end + (end - begin), (expert + 1) * w_.rows * w_.scale_cols);
   for (int64_t i = end; i < ahead; i += kLine) __builtin_prefetch(values + i, 0, 2);
