@@ -28,6 +28,7 @@ from moe_xarch.reference import INT8_ACTIVATION_METHODS
 __all__ = [
     "ACTIVATIONS",
     "DTYPE_TOLERANCE",
+    "HUGE_PAGE",
     "INT8_ACTIVATION_TOLERANCE",
     "MoeProblem",
     "Tolerance",
@@ -40,6 +41,7 @@ __all__ = [
     "tolerance",
     "tolerance_key",
     "vm_flags",
+    "whole_huge_page",
 ]
 
 # Max abs and rel error against the reference, from the op contract: of UNQUANT
@@ -301,6 +303,19 @@ def covering_array(factors: Mapping[str, Sequence[Any]], strength: int) -> list[
         {name: factors[name][int(candidates[row, f])] for f, name in enumerate(names)}
         for row in rows
     ]
+
+
+HUGE_PAGE = 2 << 20  # a transparent huge page, as csrc/core/packing.cpp advises them
+
+
+def whole_huge_page(tensor: torch.Tensor) -> int:
+    """The address of the first whole 2 MiB page inside the tensor's bytes."""
+    start = tensor.data_ptr()
+    first = -(-start // HUGE_PAGE) * HUGE_PAGE
+    if first + HUGE_PAGE > start + tensor.numel() * tensor.element_size():
+        raise ValueError(f"a tensor of {tensor.numel() * tensor.element_size()} bytes at {start:#x} holds no whole "
+                         "2 MiB page")
+    return first
 
 
 def vm_flags(address: int) -> set[str]:

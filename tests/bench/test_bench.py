@@ -76,14 +76,13 @@ def test_memory_roofline_reads_follow_on_through_the_pool() -> None:
 def test_memory_roofline_reads_pages_of_the_kind_packed_weights_lie_on() -> None:
     """Both advised onto transparent huge pages, or neither: a read on 4 KiB pages would miss the TLB where
     the weights do not."""
-    from moe_xarch.testing import vm_flags
+    from moe_xarch.testing import HUGE_PAGE, vm_flags, whole_huge_page
 
-    huge_page = 2 << 20
-    pool = rooflines.StreamPool(8 * huge_page)
-    weight = torch.randn(2, 1024, 2048).to(torch.bfloat16)
+    pool = rooflines.StreamPool(8 * HUGE_PAGE)
+    weight = torch.randn(2, 1024, 2048).to(torch.bfloat16)  # 8 MiB packed
     packed = moe_xarch.convert_weight_packed(weight, moe_xarch.MoeCompMethod.UNQUANT)
-    inside = [-(-tensor.data_ptr() // huge_page) * huge_page for tensor in (pool.buffer, packed)]
-    assert ("hg" in vm_flags(inside[0])) == ("hg" in vm_flags(inside[1]))
+    pool_flags, packed_flags = (vm_flags(whole_huge_page(tensor)) for tensor in (pool.buffer, packed))
+    assert ("hg" in pool_flags) == ("hg" in packed_flags)
 
 
 def test_table_json_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,9 +9,7 @@ import mmap
 import torch
 
 import moe_xarch
-from moe_xarch.testing import vm_flags
-
-HUGE_PAGE = 2 << 20
+from moe_xarch.testing import HUGE_PAGE, vm_flags, whole_huge_page
 
 
 def advice_is_kept() -> bool:
@@ -32,7 +30,4 @@ def advice_is_kept() -> bool:
 def test_packed_weights_are_advised_onto_huge_pages() -> None:
     weight = torch.randn(2, 1024, 2048).to(torch.bfloat16)  # 8 MiB packed: at least two whole huge pages
     packed = moe_xarch.convert_weight_packed(weight, moe_xarch.MoeCompMethod.UNQUANT)
-    start = packed.data_ptr()
-    first = -(-start // HUGE_PAGE) * HUGE_PAGE
-    assert first + HUGE_PAGE <= start + packed.numel()
-    assert ("hg" in vm_flags(first)) == advice_is_kept()
+    assert ("hg" in vm_flags(whole_huge_page(packed))) == advice_is_kept()
