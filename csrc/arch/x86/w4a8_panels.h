@@ -60,17 +60,23 @@ struct PanelBlock {
   static int64_t bytes(int64_t k, int64_t groups) { return kLanes * k + groups * kLanes * 4; }
 };
 
-// The rows of b that the next columns of c widen, fetched a group of K at a
-// time while the first block of rows runs: rows of b come from memory once,
-// and all of them fetched at once ahead of the widening wait on the line fill
-// buffers.
+// The rows of b that the next columns of c widen, fetched while the first
+// block of rows runs, two groups of K of each row as each group starts, so
+// that all of them are on their way by the block's half: rows of b come from
+// memory once, and fetched all at once they would wait on the line fill
+// buffers. Into L2: in L1 they pushed out the panel's lines and widened b,
+// which the block reads.
 struct RowsAhead {
   const uint8_t* first = nullptr;
   int64_t ldb = 0;
+  int64_t row_bytes = 0;
   int rows = 0;  // 0: none (the last columns, or a later block of rows)
 
   MOE_X86_INLINE void fetch(int64_t g, int64_t group) const {
-    for (int q = 0; q < rows; ++q) __builtin_prefetch(first + q * ldb + g * group / 2, 0, 3);
+    const int64_t end = (g + 1) * group < row_bytes ? (g + 1) * group : row_bytes;
+    for (int64_t at = g * group; at < end; at += 64) {
+      for (int q = 0; q < rows; ++q) __builtin_prefetch(first + q * ldb + at, 0, 2);
+    }
   }
 };
 
@@ -132,7 +138,7 @@ void gemm_w4a8_panels(int64_t m, int64_t n, int64_t k, const int8_t* a, int64_t 
     }
     const int64_t after = n - j - kCols;
     const RowsAhead next_rows =
-        after > 0 ? RowsAhead{b + (j + kCols) * ldb, ldb, after < kCols ? static_cast<int>(after) : kCols}
+        after > 0 ? RowsAhead{b + (j + kCols) * ldb, ldb, k / 2, after < kCols ? static_cast<int>(after) : kCols}
                   : RowsAhead{};
     for (int64_t ib = 0; ib < blocks; ++ib) {
       const Block block(m, k, count, ib, panel);
