@@ -598,9 +598,10 @@ constexpr int64_t kW4A8PanelRows = 7;
 struct W4A8Panels {
   static constexpr int kLanes = 8;
   static constexpr int kCols = 4;  // with their int16 and int32 sums: 8 of 16 ymm
+  static constexpr int kBlockCost = 3;  // so that 8 lanes never split: with scalar stores, a split did not pay
   static constexpr int64_t kLineBytes = 4 * kLanes;
   static constexpr int kInt16Lines = 8;  // 8 * 2 * 15 * 127 = 30,480 < 2^15
-  using Block = x86::PanelBlock<kLanes>;
+  using Block = x86::PanelBlock<kLanes, kBlockCost>;
 
   static void widen_row(const uint8_t* src, int64_t k, uint8_t* dst) {
     const __m256i low = _mm256_set1_epi32(0x0f0f0f0f);

@@ -159,8 +159,9 @@ constexpr int64_t kPanelRows = 2;
 struct Panels {
   static constexpr int kLanes = 16;
   static constexpr int kCols = 8;  // 8 chains of vpdpbusd; 12 or two blocks of rows measured slower
+  static constexpr int kBlockCost = 2;
   static constexpr int64_t kLineBytes = 4 * kLanes;
-  using Block = x86::PanelBlock<kLanes>;
+  using Block = x86::PanelBlock<kLanes, kBlockCost>;
 
   // 64 values of a quad's bytes: (w | w << 12) & 0x0f0f0f0f per 16-bit word w.
   static MOE_X86_INLINE __m512i widen_words(__m256i words) {
