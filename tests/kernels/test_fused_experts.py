@@ -249,9 +249,9 @@ def test_mxfp4_rows_per_expert(rows: int, dims: tuple[int, int], packed: bool) -
 @pytest.mark.parametrize("group_size", [32, 64])
 @pytest.mark.parametrize("rows", [2, 3, 5, 6, 7, 9, 11, 13, 15, 23])
 def test_int4_rows_per_expert(rows: int, group_size: int) -> None:
-    """INT4_W4A8, every token on one expert: the counts of rows of a whose last
-    block of the x86 panel kernel (8 or 16 lanes) splits into blocks of fewer
-    rows, each with its own steps of K a line, and those it keeps whole."""
+    """INT4_W4A8, every token on one expert: row counts around the x86 panel
+    kernel's blocks of 8 and 16 lanes, whose last block a level may split into
+    blocks of fewer rows, each with its own steps of K a line, or keep whole."""
     int4 = ALL_METHODS["int4"]
     problem = make_moe_problem(rows, 192, 128, 2, 1, torch.bfloat16, int4, seed=19, group_size=group_size)
     topk_ids = torch.zeros_like(problem.arguments["topk_ids"])
