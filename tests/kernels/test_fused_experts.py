@@ -24,6 +24,7 @@ from moe_xarch import MoeCompMethod, reference
 from moe_xarch.expected_kernels import TILE_LAYOUTS
 from moe_xarch.testing import (
     ACTIVATIONS,
+    MoeProblem,
     assert_matches_reference,
     covering_array,
     make_moe_problem,
@@ -229,6 +230,14 @@ def test_decode_long_rows(method: int, packed: bool, tokens: int) -> None:
     assert_matches_reference(actual, expected, method, torch.bfloat16)
 
 
+def _check_on_one_expert(problem: MoeProblem, method: int, packed: bool) -> None:
+    """The problem with every token routed to expert 0 alone, against the reference."""
+    topk_ids = torch.zeros_like(problem.arguments["topk_ids"])
+    expected = problem.run(reference.fused_experts, topk_ids=topk_ids)
+    actual = moe_xarch.fused_experts(**problem.kwargs(packed=packed, topk_ids=topk_ids))
+    assert_matches_reference(actual, expected, method, torch.bfloat16)
+
+
 @BOTH_LAYOUTS
 @pytest.mark.parametrize("dims", [(224, 160), (192, 96)], ids=["K224N160", "K192N96"])
 @pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 8, 9, 12, 13])
@@ -240,10 +249,7 @@ def test_mxfp4_rows_per_expert(rows: int, dims: tuple[int, int], packed: bool) -
     past whole vector steps of 128 (and of 32 past steps of 64)."""
     mxfp4 = ALL_METHODS["mxfp4"]
     problem = make_moe_problem(rows, *dims, 2, 1, torch.bfloat16, mxfp4, bias=True, seed=17)
-    topk_ids = torch.zeros_like(problem.arguments["topk_ids"])
-    expected = problem.run(reference.fused_experts, topk_ids=topk_ids)
-    actual = moe_xarch.fused_experts(**problem.kwargs(packed=packed, topk_ids=topk_ids))
-    assert_matches_reference(actual, expected, mxfp4, torch.bfloat16)
+    _check_on_one_expert(problem, mxfp4, packed)
 
 
 @pytest.mark.parametrize("group_size", [32, 64])
@@ -254,10 +260,7 @@ def test_int4_rows_per_expert(rows: int, group_size: int) -> None:
     blocks of fewer rows, each with its own steps of K a line, or keep whole."""
     int4 = ALL_METHODS["int4"]
     problem = make_moe_problem(rows, 192, 128, 2, 1, torch.bfloat16, int4, seed=19, group_size=group_size)
-    topk_ids = torch.zeros_like(problem.arguments["topk_ids"])
-    expected = problem.run(reference.fused_experts, topk_ids=topk_ids)
-    actual = moe_xarch.fused_experts(**problem.kwargs(packed=False, topk_ids=topk_ids))
-    assert_matches_reference(actual, expected, int4, torch.bfloat16)
+    _check_on_one_expert(problem, int4, packed=False)
 
 
 @EVERY_METHOD
